@@ -40,7 +40,7 @@ def test_the_rules_by_hand():
     assert parse_global_batch("256:4096") == BATCHES
     assert parse_global_batch("512:1500") == (512, 1024)
     assert parse_global_batch("1024") == (1024,)
-    for bad in ("4096:256", "x", "0", "auto:3"):
+    for bad in ("4096:256", "x", "0", "auto:3", "3_2"):  # int_from_text: "3_2" is not 32
         with pytest.raises(MosaicInputError):
             parse_global_batch(bad)
     with pytest.raises(MosaicInputError, match="allowed values"):

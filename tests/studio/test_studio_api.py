@@ -334,6 +334,39 @@ def test_plan_under_constraints_equals_the_cli(studio):
     assert "pp 1; " in html and "N_tot &lt;= 40 B" in html
 
 
+def test_plan_with_a_searched_batch_equals_the_cli(studio):
+    """`mosaic plan --global-batch auto` searches B_global in 64, 128, ..., 65,536 with the
+    layout (plan/batch.py); the form answered "must be an integer, got 'auto'" (a trial). The
+    studio's plan of auto is the CLI's: the same optimum at the same batch, which respects
+    its DeepSeek bound and is not the fixed default's 1024."""
+    from mosaic.plan.batch import AUTO_BATCHES
+
+    small = {**TINY_PLAN, "plan.q": "8", "plan.top_k": "1"}  # 4 geometries
+    status, body = studio.call("/api/plan", {"form": {**small, "plan.global_batch": "auto"}})
+    assert status == 200 and body["total"] == 4 * len(AUTO_BATCHES), body
+    job = wait_plan(studio, 240)
+    assert job["state"] == "done" and job["done"] == job["total"], job
+    assert job["batches"] == len(AUTO_BATCHES)
+    args = ["--q", "8", "--experts", "8,16", "--top-k", "1", "--split-factor", "1,2",
+            "--nodes", "4", "--days", "10", "--workers", "1"]
+    cli = cli_json("plan", *args, "--global-batch", "auto")
+    optimum = cli["optimum"]
+    assert cli["batch"]["mode"] == "search" and cli["batch"]["candidates"] == list(AUTO_BATCHES)
+    summary = job["summary"]
+    assert summary["geometry"] == (f"q={optimum['q']} E={optimum['experts']} "
+                                   f"K={optimum['top_k']} G={optimum['split_factor']}")
+    assert summary["loss"] == pytest.approx(optimum["loss"], rel=1e-12)
+    assert summary["global_batch"] == optimum["global_batch"] != 1024
+    assert summary["batch_mode"] == "search" and summary["batch_rule"] == "deepseek"
+    assert optimum["global_batch"] * 2048 <= optimum["batch_bound_tokens"]  # T_seq 2048
+    # MIN:MAX reads as the CLI reads it: MIN, 2·MIN, ... up to MAX, under the form's rule
+    from mosaic.studio.plan_runner import plan_batches
+
+    batches, rule = plan_batches({"plan.global_batch": "512:1500", "plan.batch_rule": "kaplan"})
+    assert batches == (512, 1024) and rule is not None and rule.name == "kaplan"
+    assert plan_batches({"plan.global_batch": "1024"}) == ((1024,), None)  # fixed: no rule
+
+
 def test_second_plan_is_refused_and_cancel_stops_the_first(studio):
     bigger = {**TINY_PLAN, "plan.q": "8,10,12,14", "plan.experts": "8,16,32,64,128",
               "plan.nodes": "32"}
@@ -376,6 +409,11 @@ def test_plan_time_limit(studio):
     ("plan.price_per_gpu_hour", "-1", "price per GPU-hour must be a positive number"),
     ("plan.memory_fraction", "0", "memory fraction must be a number in (0, 1]"),
     ("plan.nodes", "1000000", "devices (nodes x GPUs per node)"),
+    # the batch by `mosaic plan --global-batch`'s parser, its rule by --batch-rule's
+    ("plan.global_batch", "lots", "global_batch must be N, MIN:MAX or auto"),
+    ("plan.global_batch", "3_2", "global_batch must be N, MIN:MAX or auto"),
+    ("plan.global_batch", "4096:256", "MIN must not exceed MAX"),
+    ("plan.batch_rule", "mccandlish", "allowed values are deepseek, kaplan or tokens:N"),
 ])
 def test_plan_form_errors(studio, field, value, words):
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})

@@ -355,6 +355,49 @@ def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, 
         set_field(page, key, "")
 
 
+def test_the_plans_table_shows_a_searched_batch_as_the_cli_chose_it(page, studio, browser):
+    """`--global-batch auto` typed into the form (a trial: 'must be an integer, got 'auto'')
+    plans each geometry at 64, 128, ..., 65,536 sequences (plan/batch.py): the status counts
+    the geometry-batch pairs, and the plans table gains the optimum's batch (`mosaic plan`'s
+    B column) with the rule that bounded it, the batch the CLI chooses for the same grid."""
+    import json
+
+    from selenium.webdriver.common.by import By
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app as cli
+    from mosaic.plan.batch import AUTO_BATCHES
+
+    page.get(studio.url + "/")
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="the page's prediction")
+    _, status = studio.call("/api/plan/status")
+    number = 1 + (status["current"]["id"] if status["current"] else 0)
+    form = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
+            "plan.split_factor": "1", "plan.global_batch": "auto"}
+    for key, value in form.items():
+        set_field(page, key, value)
+    page.find_element(By.ID, "plan-run").click()
+    pairs = len(AUTO_BATCHES)
+    browser.wait_for(lambda: text(page, "plan-state").startswith(
+        f"plan {number}: done ({pairs}/{pairs} geometry-batch pairs"), timeout_s=120,
+        what="the searched batch's plan")
+    cell = page.execute_script(
+        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
+        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
+        ".map(function (th) { return th.textContent; }).indexOf('B');"
+        "return rows[rows.length - 1].cells[i].textContent")
+    result = CliRunner().invoke(cli, ["plan", "--q", "8", "--experts", "8", "--top-k", "1",
+                                      "--split-factor", "1", "--nodes", "4", "--days", "10",
+                                      "--workers", "1", "--global-batch", "auto", "--json"])
+    assert result.exit_code == 0, result.output
+    chosen = json.loads(result.stdout)["optimum"]["global_batch"]
+    assert chosen in AUTO_BATCHES and cell == f"{chosen} (searched, deepseek)", cell
+    assert browser.console_errors(page) == []
+    set_field(page, "plan.global_batch", "1024")
+
+
 def test_a_budgets_window_is_listed_as_the_report_rounds_it(page, studio, browser):
     """A USD budget sets the window: 25,000 USD at 3 USD per GPU-hour on 4 x 8 GPUs buys
     25,000 / (3 x 32) / 24 = 10.8507 days, which the plans table listed as

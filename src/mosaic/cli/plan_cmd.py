@@ -53,6 +53,7 @@ from mosaic.plan.analysis import (
 )
 from mosaic.plan.batch import (
     DEFAULT_RULE,
+    is_batch_search,
     parse_batch_rule,
     parse_global_batch,
     search_batch,
@@ -391,7 +392,7 @@ def plan(
     check_range("--top", top, "top", integer=True, low=1)
     batches = parse_global_batch(global_batch)
     rule = parse_batch_rule(batch_rule)
-    batch_search = global_batch.strip() == "auto" or ":" in global_batch
+    batch_search = is_batch_search(global_batch)
     if target_loss is None and (cheapest_nodes or cheapest_days):
         raise MosaicInputError("--cheapest-nodes and --cheapest-days are the budgets of "
                                "--target-loss; give --target-loss with them")

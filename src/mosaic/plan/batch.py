@@ -51,6 +51,7 @@ from mosaic.plan.search import (
     profile_geometries,
     score,
 )
+from mosaic.schema_validation import int_from_text
 from mosaic.text_values import parse_count
 
 # DeepSeek LLM (arXiv:2401.02954) Sec. 3.1, Eq. 1: B_opt = 0.2920 · C^0.3271 (tokens).
@@ -112,13 +113,21 @@ def parse_batch_rule(text: str) -> BatchRule:
                            f"{', '.join(RULES)} or tokens:N")
 
 
+def is_batch_search(text: str) -> bool:
+    """Whether a ``--global-batch`` text searches the batch ('auto' or 'MIN:MAX') rather than
+    fixing it ('1024'); :func:`parse_global_batch` reads its candidates."""
+    return text.strip() == "auto" or ":" in text
+
+
 def parse_global_batch(text: str) -> tuple[int, ...]:
-    """'1024' (fixed), 'auto' (:data:`AUTO_BATCHES`) or 'MIN:MAX' (MIN, 2·MIN, ... ≤ MAX)."""
+    """'1024' (fixed), 'auto' (:data:`AUTO_BATCHES`) or 'MIN:MAX' (MIN, 2·MIN, ... ≤ MAX);
+    the numbers by the rule of every typed integer (:func:`int_from_text`: '3_2' is not 32,
+    as Python's int() reads it)."""
     text = text.strip()
     if text == "auto":
         return AUTO_BATCHES
     try:
-        parts = [int(p) for p in text.split(":")]
+        parts = [int_from_text(p) for p in text.split(":")]
     except ValueError:
         parts = []
     if len(parts) not in (1, 2):

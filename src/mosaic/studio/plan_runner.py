@@ -18,6 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.plan.batch import (
+    DEFAULT_RULE,
+    BatchRule,
+    is_batch_search,
+    parse_batch_rule,
+    parse_global_batch,
+)
 from mosaic.plan.cost import check_price
 from mosaic.plan.envelope import (
     TABLE3_DAYS,
@@ -56,7 +63,10 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     # window without clearing the field first (a trial's budget was refused beside a
     # pre-filled 20)
     "plan.days": "", "plan.goodput": "",
-    "plan.global_batch": str(TABLE3_GLOBAL_BATCH), "plan.seq_len": str(TABLE3_SEQ_LEN),
+    # the batch as `mosaic plan --global-batch` reads it: N (fixed), MIN:MAX or auto (searched
+    # with the layout under the batch rule, docs/plan.md)
+    "plan.global_batch": str(TABLE3_GLOBAL_BATCH), "plan.batch_rule": DEFAULT_RULE,
+    "plan.seq_len": str(TABLE3_SEQ_LEN),
     # the grid: the paper's ladder (q), or variants of the model in the editor (`mosaic plan
     # --backbone`: depth and width, E, K, G; an empty axis keeps the model's own value)
     "plan.grid": "ladder", "plan.layers": "", "plan.d_model": "",
@@ -122,6 +132,22 @@ def plan_price(form: dict[str, str]) -> float | None:
     """The form's price per GPU-hour (None when empty), the cost of the plan's report."""
     return _optional_numbers({**DEFAULT_PLAN_FORM, **form},
                              ("price_per_gpu_hour",))["price_per_gpu_hour"]
+
+
+def plan_batches(form: dict[str, str]) -> tuple[tuple[int, ...], BatchRule | None]:
+    """The form's global batch by `mosaic plan --global-batch`'s own parser: the candidate
+    batches and, for a searched batch (auto or MIN:MAX), its rule (``plan.batch_rule``, read
+    as ``--batch-rule``; None for a fixed batch, which no rule bounds). FormError naming the
+    field otherwise (a trial's 'auto' was 'must be an integer')."""
+    form = {**DEFAULT_PLAN_FORM, **form}
+    text = str(form["plan.global_batch"])
+    try:
+        batches = parse_global_batch(text)
+        rule = parse_batch_rule(str(form["plan.batch_rule"]).strip())  # checked as the CLI does
+    except MosaicInputError as exc:
+        raise FormError({plan_field_of(str(exc), set(form)):
+                         in_form_words(str(exc), set(form))}) from None
+    return batches, (rule if is_batch_search(text) else None)
 
 
 def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
@@ -191,9 +217,20 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
         raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
                                   f"{sorted(DEFAULT_PLAN_FORM)}"})
     form = {**DEFAULT_PLAN_FORM, **form}
-    required = {"nodes": int, "global_batch": int, "seq_len": int, "s_min": float}
-    parsed = _optional_numbers(form, OPTIONAL_NUMBERS, required)  # every bad one at once
-    values = {name: parsed[name] for name in required}
+    required = {"nodes": int, "seq_len": int, "s_min": float}
+    try:  # every bad one at once: the batch's error with the numbers'
+        batches, _ = plan_batches(form)
+        batch_errors: dict[str, str] = {}
+    except FormError as exc:
+        batches, batch_errors = (TABLE3_GLOBAL_BATCH,), exc.errors
+    try:
+        parsed = _optional_numbers(form, OPTIONAL_NUMBERS, required)
+    except FormError as exc:
+        raise FormError({**batch_errors, **exc.errors}) from None
+    if batch_errors:
+        raise FormError(batch_errors)
+    # the smallest candidate, as `mosaic plan` builds its envelope (a search sets each row's)
+    values = {**{name: parsed[name] for name in required}, "global_batch": batches[0]}
     optional = {name: parsed[name] for name in OPTIONAL_NUMBERS}
     constraints = {name: str(form[f"plan.{name}"]).strip() or None
                    for name in CONSTRAINT_FIELDS}
@@ -287,7 +324,8 @@ class PlanJob:
     request: dict[str, str]
     state: str = "running"  # running, done, failed, cancelled, timed out
     done: int = 0
-    total: int = 0
+    total: int = 0  # geometries, times the candidate batches of a searched batch
+    batches: int = 1  # candidate batches (1: a fixed batch)
     started_s: float = field(default_factory=time.monotonic)
     finished_s: float | None = None
     message: str = ""
@@ -318,18 +356,23 @@ class PlanRunner:
         form = {"plan.stack": plan_form_defaults(self.calibration)["plan.stack"], **form}
         envelope, space, limits = validate_plan_form(form, model)
         price = plan_price(form)  # (checked with the rest just above)
+        batches, rule = plan_batches(form)  # (and these)
+        searched = () if rule is None else batches
         with self._lock:
             if self._current is not None and self._current.state == "running":
                 raise PlanBusyError(f"plan {self._current.job_id} is still running "
-                           f"({self._current.done}/{self._current.total} geometries); "
+                           f"({self._current.done}/{self._current.total} "
+                           f"{_unit(self._current)}); "
                            "cancel it or wait for it to finish")
             job = PlanJob(job_id=self._next_id, request=dict(form),
-                          total=len(space.enumerate()))
+                          total=len(space.enumerate()) * max(1, len(searched)),
+                          batches=max(1, len(searched)))
             self._next_id += 1
             self._current = job
             self._cancel.clear()
         self._thread = threading.Thread(target=self._run,
-                                        args=(job, envelope, space, limits, price),
+                                        args=(job, envelope, space, limits, price,
+                                              searched, rule),
                                         name=f"mosaic-plan-{job.job_id}", daemon=True)
         self._thread.start()
         return job
@@ -361,6 +404,7 @@ class PlanRunner:
     def _describe(self, job: PlanJob) -> dict[str, Any]:
         end = job.finished_s if job.finished_s is not None else time.monotonic()
         return {"id": job.job_id, "state": job.state, "done": job.done, "total": job.total,
+                "batches": job.batches,
                 "elapsed_s": round(end - job.started_s, 2), "message": job.message,
                 "summary": job.summary, "request": job.request,
                 "report_url": (f"/report/{job.job_id}" if job.job_id in self._reports
@@ -376,10 +420,26 @@ class PlanRunner:
                 raise _StoppedError("timed out")
         return update
 
+    def _batch_progress(self, job: PlanJob, batches: tuple[int, ...], n: int) -> Any:
+        """The progress of a batch search (:func:`mosaic.plan.batch.search_batch` searches
+        each candidate batch in increasing order, over the ``n`` geometries its rule leaves):
+        the pairs of earlier batches, and this batch's pruned geometries, count as done."""
+        update = self._progress(job)
+
+        def at_batch(batch: int) -> Any:
+            before = sorted(batches).index(batch) * n
+
+            def step(done: int, total: int) -> None:
+                update(before + n - total + done, job.total)
+            return step
+        return at_batch
+
     def _run(self, job: PlanJob, envelope: Any, space: Any, limits: Any,
-             price_per_gpu_hour: float | None) -> None:
+             price_per_gpu_hour: float | None, batches: tuple[int, ...] = (),
+             rule: Any = None) -> None:
         try:
-            document = self._search(job, envelope, space, limits, price_per_gpu_hour)
+            document = self._search(job, envelope, space, limits, price_per_gpu_hour,
+                                    batches, rule)
             html = _render(document)
             with self._lock:
                 self._reports[job.job_id] = html
@@ -391,7 +451,7 @@ class PlanRunner:
             job.state = stop.why
             # a stopped search has no optimum to report (the ranking needs every
             # geometry); say what to change (a trial found only the count)
-            job.message = (f"stopped after {job.done}/{job.total} geometries, no report: "
+            job.message = (f"stopped after {job.done}/{job.total} {_unit(job)}, no report: "
                            + (f"the studio's limit is {self.time_limit_s:g} s; narrow the "
                               "grid (fewer q, expert or top-k values) or restart the studio "
                               "with a larger --plan-time-limit-s, or run `mosaic plan`"
@@ -408,24 +468,44 @@ class PlanRunner:
                 self._history.append(job)
 
     def _search(self, job: PlanJob, envelope: Any, space: Any, limits: Any,
-                price_per_gpu_hour: float | None) -> dict[str, Any]:
-        """The library calls `mosaic plan --json` makes, with this job's progress hook."""
+                price_per_gpu_hour: float | None, batches: tuple[int, ...] = (),
+                rule: Any = None) -> dict[str, Any]:
+        """The library calls `mosaic plan --json` makes, with this job's progress hook: a
+        fixed batch's search, or (``batches`` and their ``rule``) the batch search of
+        `mosaic plan --global-batch auto|MIN:MAX`."""
         from mosaic.jsonable import to_jsonable
         from mosaic.law import default_law
+        from mosaic.plan.batch import search_batch
         from mosaic.plan.cost import run_cost
         from mosaic.plan.search import search
         from mosaic.report import plan_report
         from mosaic.report.plan_result import plan_result_document
 
         law = self.law or default_law()
-        result = search(envelope, space, law, self.calibration, limits,
-                        progress=self._progress(job), workers=1)
+        if batches:
+            n = len(space.enumerate())
+            result, choice = search_batch(envelope, space, law, self.calibration, batches,
+                                          rule, limits,
+                                          progress=self._batch_progress(job, batches, n),
+                                          workers=1)
+            job.done = job.total  # (batches the rule pruned whole report no progress)
+            batch = choice.to_dict()
+        else:
+            result = search(envelope, space, law, self.calibration, limits,
+                            progress=self._progress(job), workers=1)
+            batch = {"mode": "fixed", "global_batch": envelope.global_batch}
         if result.optimum_index is None:
             raise MosaicInputError(plan_report.untrainable_message(result))
         document, _ = plan_result_document(
             result, law, self.calibration, run_cost(envelope, price_per_gpu_hour),
-            extra={"batch": {"mode": "fixed", "global_batch": envelope.global_batch}})
+            extra={"batch": batch})
         return to_jsonable(document)
+
+
+def _unit(job: PlanJob) -> str:
+    """What a plan's progress counts: geometries, or with a searched batch each geometry at
+    each candidate batch."""
+    return "geometries" if job.batches == 1 else "geometry-batch pairs"
 
 
 def _render(document: dict[str, Any]) -> str:
@@ -444,6 +524,10 @@ def _summary(document: dict[str, Any]) -> dict[str, Any]:
     return {"cluster": f"{e['nodes']} × {e['system']}", "days": e["days"],
             "goodput": e["goodput"]["goodput"], "goodput_model": e["goodput"]["model"],
             "geometry": geometry_label(o),
+            # the optimum's batch, and whether it was searched (under which rule), as `mosaic
+            # plan` prints it ("B_global 2048 ... (searched; the optimum's)")
+            "global_batch": o["global_batch"], "batch_mode": document["batch"]["mode"],
+            "batch_rule": document["batch"].get("rule", {}).get("name"),
             "sparsity": o["sparsity"], "n_active": o["n_active"], "tokens": o["tokens"],
             "mfu": o["mfu"], "loss": o["loss"], "trainable": document["counts"]["trainable"],
             "geometries": document["counts"]["geometries"]}

@@ -50,7 +50,10 @@
     ["plan.nodes", "nodes", "number"],
     ["plan.days", "window (days; empty: 20, or set by a USD budget)", "number"],
     ["plan.goodput", "goodput (empty: 1, or Young-Daly from the MTBF)", "number"],
-    ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
+    // `mosaic plan --global-batch`: N, or searched with the layout under the batch rule
+    ["plan.global_batch", "global batch (seqs): N, MIN:MAX or auto (searched)", "text"],
+    ["plan.batch_rule", "batch rule of a searched batch (deepseek, kaplan, tokens:N)", "text"],
+    ["plan.seq_len", "sequence length", "number"],
     ["plan.grid", "grid (the paper's ladder, or variants of the model above)", "select:grids"],
     ["plan.layers", "depths L (empty: the model's)", "text"],
     ["plan.d_model", "widths d (empty: the model's)", "text"],
@@ -605,7 +608,8 @@
       $("plan-progress").max = Math.max(job.total, 1);
       $("plan-progress").value = job.done;
       $("plan-state").textContent = "plan " + job.id + ": " + job.state + " (" + job.done + "/" + job.total +
-        " geometries, " + job.elapsed_s.toFixed(1) + " s)";
+        // a searched batch counts each geometry at each candidate batch (as the server's messages)
+        (job.batches > 1 ? " geometry-batch pairs, " : " geometries, ") + job.elapsed_s.toFixed(1) + " s)";
       document.body.setAttribute("data-plan-state", job.state);
       $("plan-message").textContent = job.message || "";
       $("plan-run").disabled = running;
@@ -630,6 +634,7 @@
     var rows = done.map(function (h) {
       var s = h.summary;
       return {id: h.id, cluster: s.cluster, days: s.days, goodput: s.goodput, goodput_model: s.goodput_model,
+              global_batch: s.global_batch, batch_mode: s.batch_mode, batch_rule: s.batch_rule,
               geometry: s.geometry, sparsity: s.sparsity, n_active: s.n_active, tokens: s.tokens, mfu: s.mfu,
               loss: s.loss, report: h.report_url};
     });
@@ -644,6 +649,13 @@
     if (rows.some(function (r) { return r.goodput !== 1; })) {
       columns.splice(3, 0, ["goodput", "goodput", function (v, row) {
         return v.toFixed(4) + " (" + row.goodput_model + ")";
+      }, true]);
+    }
+    // the optimum's batch where a plan searched it (--global-batch auto or MIN:MAX), as
+    // `mosaic plan` ranks it (its B column, before MFU) and prints the optimum's ("searched")
+    if (rows.some(function (r) { return r.batch_mode === "search"; })) {
+      columns.splice(columns.length - 3, 0, ["global_batch", "B", function (v, row) {
+        return row.batch_mode === "search" ? v + " (searched, " + row.batch_rule + ")" : String(v);
       }, true]);
     }
     $("plan-history").innerHTML = tableHtml("plan-history-table", columns, rows);
