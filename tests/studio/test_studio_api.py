@@ -1091,6 +1091,38 @@ def test_a_bad_hsdp_shard_group_is_shown_beside_its_field(studio):
     assert status == 200 and body["prediction"]["plan"]["hsdp_shard"] == 8
 
 
+@pytest.mark.parametrize("typed", ["4", "x"])
+def test_a_typed_hsdp_shard_group_under_another_sharding_is_refused_as_the_cli_does(
+        studio, tmp_path, typed):
+    """A shard group typed into the editor under sharding zero1 was dropped without a word
+    (a trial); `mosaic perf` refuses a job file stating both, so the editor shows the CLI's
+    message beside the field. The job file's own group, which the form cannot clear (its
+    empty field is the job's), is still dropped when the form picks another sharding."""
+    from mosaic.studio.jobs import validate_form
+
+    form = {**DEFAULT_FORM, "parallelism.sharding": "zero1"}
+    status, body = studio.call("/api/export", {"form": form, "target": "yaml"})
+    assert status == 200, body
+    document = yaml.safe_load(body["text"])
+    document["parallelism"]["hsdp_shard"] = 4 if typed == "4" else typed
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    result = runner.invoke(cli, ["perf", str(path)])
+    assert result.exit_code == 2
+    cli_message = result.output.split(f"{path}: ", 1)[1].split("\n")[0].strip()
+    assert ("set sharding: hsdp or drop hsdp_shard" if typed == "4"
+            else "valid integer") in cli_message
+    status, body = studio.call("/api/perf", {"form": {**form, "parallelism.hsdp_shard": typed}})
+    assert status == 422, body
+    assert body["errors"]["parallelism.hsdp_shard"] == f"job: {cli_message}"
+    # the job file's hybrid sharding and group (hsdp/8), switched to zero1 in the form
+    base = {**document, "parallelism": {**document["parallelism"], "sharding": "hsdp",
+                                        "hsdp_shard": 8}}
+    job = validate_form(form, base)
+    assert "hsdp_shard" not in job.document["parallelism"]
+    assert job.spec.plan.hsdp_shard[0] == job.spec.plan.dp[0]  # none: the dp group
+
+
 def test_every_step_term_is_drawn_in_a_named_group():
     """Nemotron-H's Mamba-2 GEMMs and scan (a third of its step) were drawn as a black
     "other" bar in the studio and every perf report: every term of the model has a group,

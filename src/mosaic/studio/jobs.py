@@ -167,9 +167,13 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
         # whose pp and vpp it would not fit), the split is no longer stated (a review: the
         # job file's came back)
         parallelism.pop("pipeline_layout", None)
-    if parallelism.get("sharding", "hsdp") != "hsdp":
-        # the job file's shard group of hybrid sharding, which the form cannot clear, means
-        # nothing once the form picks another sharding (and would be refused)
+    if parallelism.get("sharding", "hsdp") != "hsdp" and not str(
+            form.get("parallelism.hsdp_shard", "")).strip():
+        # the job file's shard group of hybrid sharding, which the form cannot clear (an
+        # empty field is the job's), means nothing once the form picks another sharding (and
+        # would be refused). One typed into the form is left for the schema to refuse, as
+        # `mosaic perf` refuses a job file stating both ("set sharding: hsdp or drop
+        # hsdp_shard"): a trial's typed group was ignored without a word
         parallelism.pop("hsdp_shard", None)
     return document
 
