@@ -107,23 +107,27 @@ LIMITS: dict[str, Range] = {
 
 
 def check_range(field: str, value: float | int, kind: str, *, integer: bool = False,
-                low: float | None = None, high: float | None = None) -> None:
+                low: float | None = None, high: float | None = None,
+                above_low: bool = False) -> None:
     """Raise a one-line MosaicInputError unless ``value`` lies in ``LIMITS[kind]``.
 
-    ``low``/``high`` narrow the range for one use. Booleans are refused where numbers
-    are expected, and NaN/inf are refused everywhere.
+    ``low``/``high`` narrow the range for one use; ``above_low`` leaves the low end out
+    (a checkpoint takes time: seconds in (0, 1e9], said as such, where '0..1e9' named a 0
+    that was refused). Booleans are refused where numbers are expected, and NaN/inf are
+    refused everywhere.
     """
     bounds = LIMITS[kind]
     lo = bounds.low if low is None else low
     hi = bounds.high if high is None else high
-    allowed = f"{'an integer' if integer else 'a number'} in {_fmt(lo)}..{_fmt(hi)}"
+    span = f"({_fmt(lo)}, {_fmt(hi)}]" if above_low else f"{_fmt(lo)}..{_fmt(hi)}"
+    allowed = f"{'an integer' if integer else 'a number'} in {span}"
     if not is_number(value):
         raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
     if integer and not isinstance(value, int) and not (
             math.isfinite(value) and float(value).is_integer()):
         raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
     finite = isinstance(value, int) or math.isfinite(value)
-    if not finite or not lo <= value <= hi:
+    if not finite or not lo <= value <= hi or (above_low and value == lo):
         shown = shown_number(value)
         # the range's reason, where the range is the kind's own (a narrowed one has its own)
         why = f" ({bounds.why})" if finite and value > hi and high is None else ""

@@ -224,7 +224,14 @@ def test_an_endless_device_is_refused_at_the_size_limit():
      "error: --mtbf-gpu-hours: got -5.0; allowed: a number in 1e-06..1000000000"),
     # the Young-Daly model's own check said 'checkpoint time' / 'restart time', no option
     (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "-60"],
-     "error: --checkpoint-s: got -60.0; allowed: a finite number > 0"),
+     "error: --checkpoint-s: got -60.0; allowed: a number in (0, 1000000000]"),
+    # a checkpoint takes time: 0 is refused, and the range says so (it read '0..1000000000'
+    # above 1e9, and 'a finite number > 0' at 0: a trial)
+    (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "0"],
+     "error: --checkpoint-s: got 0.0; allowed: a number in (0, 1000000000]"),
+    (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "2e9"],
+     "error: --checkpoint-s: got 2000000000.0; allowed: a number in (0, 1000000000] "
+     "(a duration of at most ~30 years)"),
     (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "60", "--restart-s", "-1"],
      "error: --restart-s: got -1.0; allowed: a number in 0..1000000000"),
     (["plan", "--global-batch", "auto", "--batch-rule", "tokens:abc"],

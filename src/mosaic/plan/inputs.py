@@ -17,7 +17,7 @@ from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_o
 from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.hardware.system import with_gpus_per_node
-from mosaic.limits import check_range, require_finite
+from mosaic.limits import check_range
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import (
@@ -87,9 +87,9 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
                                "--checkpoint-s")
     check_range("--mtbf-gpu-hours", mtbf_gpu_hours, "hours")  # as typed, before conversion
     # each named by its option (the model's own check says 'checkpoint time', which the
-    # studio showed above its form, beside no field: a trial); a checkpoint takes time
-    require_finite("--checkpoint-s", checkpoint_s, positive=True)
-    check_range("--checkpoint-s", checkpoint_s, "seconds")
+    # studio showed above its form, beside no field: a trial); a checkpoint takes time, so
+    # 0 is out and the range says so ('0..1e9' named the 0 it refused: a trial)
+    check_range("--checkpoint-s", checkpoint_s, "seconds", above_low=True)
     check_range("--restart-s", restart_s, "seconds")
     return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
 
