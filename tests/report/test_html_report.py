@@ -857,3 +857,25 @@ def test_plan_page_repeats_the_law_fits_caveats(plan_files):
     row = html[html.index("law fit caveats"):]
     assert "b at its upper bound 1e+10" in row[:600]
     assert "its fit held no run out" in row[:600]
+
+
+def test_plan_page_says_the_batch_was_searched_as_the_terminal_does(tmp_path):
+    """`plan --global-batch MIN:MAX --html`: the page gave the optimum's batch as if it were
+    fixed ('2048 sequences × 2048 tokens'), with no B column and no rule, where the terminal
+    prints the optimum's bound and ranks each candidate's batch. 1024:2048 searches 1024 and
+    2048 (MIN, 2·MIN, ... up to MAX: plan/batch.py)."""
+    html = tmp_path / "plan.html"
+    args = ["plan", "--q", "8", "--experts", "8", "--top-k", "1", "--split-factor", "1",
+            "--nodes", "4", "--days", "10", "--workers", "1", "--global-batch", "1024:2048"]
+    document = json.loads(invoke(*args, "--json", "--html", str(html)))
+    assert document["batch"]["candidates"] == [1024, 2048]
+    optimum = document["optimum"]
+    bound = (f"{optimum['global_batch']} sequences (bound "
+             f"{optimum['batch_bound_tokens']:.3g} tokens per step)")
+    assert bound in " ".join(invoke(*args).split())  # the terminal's optimum table
+    page = " ".join(re.sub(r"<[^>]+>", " ", html.read_text()).split())
+    assert f"global batch (bound) {bound}" in page
+    assert "searched among 1024..2048 sequences under the deepseek rule" in page
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", html.read_text().split(
+        'id="candidates-table"')[1].split("</thead>")[0])
+    assert headers.index("B") == headers.index("MFU") - 1, headers

@@ -67,6 +67,30 @@ UNCERTAINTY_COLUMNS = [
 ]
 
 
+# a searched batch (`plan --global-batch auto|MIN:MAX`): each candidate's own batch, as the
+# terminal's ranking shows it (its B column, before MFU)
+BATCH_COLUMN = Column("global_batch", "B", str)
+
+
+def batch_searched(document: dict[str, Any]) -> bool:
+    """Whether the plan searched its global batch (its ``batch`` block, plan/batch.py)."""
+    return (document.get("batch") or {}).get("mode") == "search"
+
+
+def _batch_text(document: dict[str, Any]) -> str:
+    """The batch row of the assumptions: the batch, and for a searched one the candidates
+    and the rule that bounded them (a trial's searched plan read as a fixed one)."""
+    e = document["envelope"]
+    text = f"{e['global_batch']} sequences × {e['seq_len']} tokens"
+    if batch_searched(document):
+        batch = document["batch"]
+        candidates = batch["candidates"]
+        text += (f" (the optimum's; searched among {candidates[0]}..{candidates[-1]} "
+                 f"sequences under the {batch['rule']['name']} rule: "
+                 f"{batch['rule']['source']})")
+    return text
+
+
 def _geometry_key(candidate: dict[str, Any]) -> tuple[Any, ...]:
     """What tells two candidates apart: a backbone grid's variants all have q = 0 and differ
     in depth and width (a trial: nine of them shared one uncertainty row, the last's)."""
@@ -288,6 +312,10 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
             ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
                            f"{o['memory_bytes'] / GIB:.1f} GiB per GPU"),
             ("layout", layout_label(o["plan"])),
+            # as the terminal's optimum table says a searched batch
+            *([("global batch (bound)", f"{o['global_batch']} sequences (bound "
+                                        f"{o['batch_bound_tokens']:.3g} tokens per step)")]
+              if "batch_bound_tokens" in o else []),
             *(tuple(row) for row in o.get("coverage_summary", [])),
         ]
     comparison = document.get("model_flops_comparison")
@@ -331,7 +359,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     e = document["envelope"]
     s = document["search_space"]
     rows = [
-        ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {precision_text(e)}"),
+        ("batch", f"{_batch_text(document)}, {precision_text(e)}"),
         ("software stack", stack_text(e)),
         ("optimizer", optimizer_text(e)),
         ("usable memory", _headroom_text(e.get("memory_headroom"))),
@@ -386,7 +414,10 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         frontier.body.append(note("No frontier in this document (no trainable optimum, or "
                                   "written by a mosaic without the report blocks)."))
     sections.append(frontier)
-    columns = CANDIDATE_COLUMNS + (UNCERTAINTY_COLUMNS if has_uncertainty else [])
+    columns = list(CANDIDATE_COLUMNS)
+    if batch_searched(document):
+        columns.insert([c.key for c in columns].index("mfu"), BATCH_COLUMN)
+    columns += UNCERTAINTY_COLUMNS if has_uncertainty else []
     u = document.get("uncertainty") or {}
     interval_note = (
         f" Loss low and high: the {u.get('level', 0.9):.0%} interval of the "
