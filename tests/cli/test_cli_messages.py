@@ -237,6 +237,10 @@ def test_an_endless_device_is_refused_at_the_size_limit():
     (["plan", "--global-batch", "auto", "--batch-rule", "tokens:abc"],
      "error: --batch-rule 'tokens:abc': tokens:N needs a number of tokens per step "
      "(e.g. 4194304 or 4M), got 'abc'"),
+    # the rule bounds only a searched batch: at a fixed batch it was dropped without a word
+    (["plan", "--batch-rule", "kaplan"],
+     "error: --batch-rule kaplan bounds a searched batch; with a fixed --global-batch 1024 it "
+     "is not read: give --global-batch auto or MIN:MAX, or drop --batch-rule"),
     (["plan", "--target-loss", "2", "--cheapest-nodes", "0,4"],
      "error: --cheapest-nodes: got 0; allowed: an integer in 1..1048576"),
     (["plan", "--cheapest-days", "3"],

@@ -120,10 +120,10 @@ GlobalBatchSearch = Annotated[str, typer.Option(
     "--global-batch", help="B_global in sequences/step: N (fixed, Table 3's 1024), MIN:MAX "
     "(MIN, 2·MIN, ... searched with the layout) or auto (64 ... 65536); a search keeps each "
     "batch under --batch-rule (docs/plan.md).")]
-BatchRuleOpt = Annotated[str, typer.Option(
-    "--batch-rule", help="Bound on tokens per step when the batch is searched: deepseek "
-    "(B_opt = 0.292·C^0.3271, DeepSeek LLM 2024), kaplan (B_crit = 2e8/L^(1/0.21), Kaplan "
-    "et al. 2020) or tokens:N.")]
+BatchRuleOpt = Annotated[str | None, typer.Option(
+    "--batch-rule", help="Bound on tokens per step when the batch is searched (--global-batch "
+    "auto or MIN:MAX): deepseek (the default; B_opt = 0.292·C^0.3271, DeepSeek LLM 2024), "
+    "kaplan (B_crit = 2e8/L^(1/0.21), Kaplan et al. 2020) or tokens:N.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8 (the stack's "
@@ -342,7 +342,7 @@ def plan(
     gpus_per_node: GpusPerNode = None, days: Days = None, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatchSearch = str(TABLE3_GLOBAL_BATCH),
-    batch_rule: BatchRuleOpt = DEFAULT_RULE, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    batch_rule: BatchRuleOpt = None, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = None, experts: Experts = None,
@@ -391,8 +391,12 @@ def plan(
                      bootstrap_samples)
     check_range("--top", top, "top", integer=True, low=1)
     batches = parse_global_batch(global_batch)
-    rule = parse_batch_rule(batch_rule)
+    rule = parse_batch_rule(DEFAULT_RULE if batch_rule is None else batch_rule)
     batch_search = is_batch_search(global_batch)
+    if batch_rule is not None and not batch_search:  # a trial: kaplan planned at 1024 unsaid
+        raise MosaicInputError(f"--batch-rule {batch_rule} bounds a searched batch; with a "
+                               f"fixed --global-batch {global_batch} it is not read: give "
+                               "--global-batch auto or MIN:MAX, or drop --batch-rule")
     if target_loss is None and (cheapest_nodes or cheapest_days):
         raise MosaicInputError("--cheapest-nodes and --cheapest-days are the budgets of "
                                "--target-loss; give --target-loss with them")
