@@ -12,6 +12,7 @@ from mosaic.plan import (
     sweep_days,
     sweep_nodes,
 )
+from mosaic.plan.cost import check_target_reachable
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.sweep import optimum_losses
 
@@ -75,6 +76,15 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
     with pytest.raises(MosaicInputError, match=r"out of reach .* best any budget could reach"):
         cheapest_plan(one_node, SPACE, law, calibration, target_loss=0.999 * floor, nodes=[1],
                       days=[1], workers=1)
+
+
+def test_a_target_loss_outside_the_loss_range_is_refused(one_node, law):
+    # a cross-entropy above 50 nats (ln of any vocabulary is < 17) is no target: every
+    # budget would "reach" 1e308, which was planned and echoed (fuzz trial)
+    with pytest.raises(MosaicInputError, match=r"target loss: got 1e\+308; allowed: .*0\.\.50"):
+        check_target_reachable(one_node, SPACE, law, 1e308, nodes=[1], days=[1])
+    with pytest.raises(MosaicInputError, match="target loss: got 51"):
+        check_target_reachable(one_node, SPACE, law, 51.0, nodes=[1], days=[1])
 
 
 def test_peak_bound_is_a_floor_under_every_plan(one_node, law, calibration):

@@ -20,6 +20,7 @@ import numpy as np
 
 from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.law import ScalingLaw
+from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
@@ -158,6 +159,9 @@ def check_target_reachable(
     (:mod:`mosaic.plan.peak_bound`): no layout search would find one that does."""
     if not (math.isfinite(target_loss) and target_loss > 0):
         raise MosaicInputError(f"target loss must be a positive number, got {target_loss!r}")
+    # above a language model's loss range every budget "reaches" it (a fuzz trial's 1e308
+    # was planned and echoed as the target)
+    check_range("target loss", target_loss, "loss")
     windows = [float(d) for d in days]
     node_counts = [int(n) for n in nodes]
     if not windows or not node_counts:
