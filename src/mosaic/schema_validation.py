@@ -307,8 +307,9 @@ MAX_NESTING = 64  # mosaic's deepest schema nests 4 levels
 MAX_NODES = 2_000_000  # values in one document (aliases counted each time they are used)
 
 
-def read_text(path: str | Path, what: str = "file") -> str:
-    """The UTF-8 text of ``path``, or a one-line MosaicInputError saying why not."""
+def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``, or a one-line MosaicInputError saying why not (a file
+    over ``max_bytes`` is refused before it is read)."""
     if not str(path).strip():
         raise MosaicInputError(f"the {what} name is empty; give a path")
     path = Path(path)
@@ -323,14 +324,14 @@ def read_text(path: str | Path, what: str = "file") -> str:
         if path.is_dir():
             raise MosaicInputError(f"{path}: is a directory; expected a {what}")
         size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
+        if size > max_bytes:
             raise MosaicInputError(f"{path}: {what} is {size:,} bytes; the limit is "
-                                   f"{MAX_FILE_BYTES:,}")
+                                   f"{max_bytes:,}")
         with path.open("rb") as handle:  # bounded: a device such as /dev/zero never ends
-            data = handle.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
             raise MosaicInputError(f"{path}: {what} is longer than the limit of "
-                                   f"{MAX_FILE_BYTES:,} bytes (a device or a stream?)")
+                                   f"{max_bytes:,} bytes (a device or a stream?)")
     except OSError as exc:
         raise MosaicInputError(f"{_short(path)}: cannot read the {what}: "
                                f"{exc.strerror or exc}") from None

@@ -123,3 +123,41 @@ def test_a_dense_run_is_collected(tmp_path):
     path.write_text(json.dumps(result))
     assert [(r["experts"], r["top_k"]) for r in collect_result_rows([tmp_path / "dense"])] \
         == [(0, 0)]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"complete": ' + "9" * 5000 + "}", "unreadable number"),
+    ('{"complete": true, "complete": false}', "'complete' appears twice"),
+    ("", "empty, no JSON in it"),
+])
+def test_an_unreadable_result_file_is_one_line(tmp_path, text, message):
+    """result.json is read as every mosaic JSON input (schema_validation.parse_json): a
+    deeply nested one was an internal error (json's RecursionError), a 5,000-digit number
+    another (a ValueError, not a JSONDecodeError), a repeated key read as its last value."""
+    folder = _result(tmp_path / "run")
+    (folder / "result.json").write_text(text)
+    with pytest.raises(MosaicInputError, match=rf"result\.json.*{re.escape(message)}"):
+        collect_result_rows([folder])
+
+
+def test_an_oversized_result_file_is_refused_before_it_is_read(tmp_path):
+    """A fuzz case's 254 MB result.json (an alias bomb written out) took 35 s and gigabytes
+    to parse; a trainer writes a few hundred bytes."""
+    from mosaic.train.result_files import MAX_RUN_FILE_BYTES
+
+    path = _result(tmp_path / "run") / "result.json"
+    with path.open("r+b") as handle:  # sparse: no 16 MiB written
+        handle.truncate(MAX_RUN_FILE_BYTES + 1)
+    with pytest.raises(MosaicInputError, match=f"{MAX_RUN_FILE_BYTES + 1:,} bytes; the limit"):
+        collect_result_rows([tmp_path / "run"])
+
+
+def test_a_fingerprint_nested_too_deeply_only_loses_the_rung(tmp_path):
+    """The job fingerprint is JSON text inside result.json: one nested deeper than json reads
+    raised RecursionError out of the row (the rung q only labels it: 0 when unreadable)."""
+    path = _result(tmp_path / "run", q=3) / "result.json"
+    result = json.loads(path.read_text())
+    result["job_fingerprint"] = "[" * 100_000 + "]" * 100_000
+    path.write_text(json.dumps(result))
+    assert [row["q"] for row in collect_result_rows([tmp_path / "run"])] == [0]

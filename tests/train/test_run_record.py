@@ -16,6 +16,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.perf.calibration import default_calibration
 from mosaic.train.config import load_train_config
+from mosaic.train.run_record import record_for_run
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "train_q4_h200.yaml"
@@ -84,6 +85,19 @@ def test_what_no_record_can_describe_is_refused(tmp_path, change, message):
                                  "DGX-H200", "--out", str(out)])
     assert result.exit_code == 2 and message in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["run.json", "result.json"])
+def test_an_unreadable_run_file_is_one_line(tmp_path, name):
+    """run.json and result.json are read as every mosaic JSON input: one nested deeper than
+    json follows was an internal error (RecursionError), not a one-line input error."""
+    folder = _run_folder(tmp_path / "run")
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MosaicInputError, match=rf"{name}: JSON nested too deeply"):
+        record_for_run(folder, "DGX-H200", "train-run")
+    result = runner.invoke(app, ["ladder", "record", str(folder), "--system", "DGX-H200",
+                                 "--out", str(tmp_path / "r.yaml")])
+    assert result.exit_code == 2 and "nested too deeply" in result.output
 
 
 def test_a_system_of_another_gpu_is_refused(tmp_path):

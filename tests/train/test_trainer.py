@@ -16,7 +16,7 @@ from mosaic.train.config import train_config_from_mapping  # noqa: E402
 from mosaic.train.data import TokenStream, write_token_file  # noqa: E402
 from mosaic.train.metrics import FlopsAccounting, read_metrics, resolve_device  # noqa: E402
 from mosaic.train.schedule import WSDSchedule, eq17_peak_lr  # noqa: E402
-from mosaic.train.trainer import train  # noqa: E402
+from mosaic.train.trainer import read_finished_result, train  # noqa: E402
 
 from .conftest import CORPUS, REPO, tiny_job  # noqa: E402
 
@@ -116,6 +116,21 @@ def test_resume_refuses_a_different_job(tmp_path):
     other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "seed": 5}), "job")
     with pytest.raises(MosaicInputError, match="different job"):
         train(other, tmp_path)
+
+
+@pytest.mark.parametrize("fingerprint", ["not json", {"job": 1}, "[" * 100_000])
+def test_a_hand_edited_fingerprint_is_one_line(tmp_path, fingerprint):
+    """A finished run's result.json whose job fingerprint is not JSON text of a job (edited,
+    damaged) raised JSONDecodeError/TypeError out of the resume check."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    train(config, tmp_path)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"job_fingerprint": fingerprint}))
+    with pytest.raises(MosaicInputError, match=r"result\.json: its job_fingerprint is not"):
+        read_finished_result(tmp_path, config)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MosaicInputError, match="nested too deeply to read; remove it"):
+        read_finished_result(tmp_path, config)
 
 
 def test_wsd_schedule_by_hand():

@@ -37,7 +37,12 @@ from mosaic.train.config import (
     resolve_data_paths,
     train_config_from_mapping,
 )
-from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT, RUN_INFO_FILE
+from mosaic.train.result_files import (
+    RESULT_FILE,
+    RESULT_FINGERPRINT,
+    RUN_INFO_FILE,
+    read_run_json,
+)
 
 RUNS_CSV = "runs.csv"
 # The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
@@ -292,10 +297,7 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
     jobs: dict[str, str] = {}  # job fingerprint -> the first folder that trained it
     for folder in found:
         path = folder / RESULT_FILE
-        try:
-            result = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise MosaicInputError(f"{path}: not a readable mosaic result ({exc})") from None
+        result = read_run_json(path, "mosaic train result")
         if not isinstance(result, dict):
             raise MosaicInputError(f"{path}: not a mosaic result (a JSON object of fields)")
         if result.get("complete") is not True:
@@ -363,7 +365,9 @@ def _ladder_rung(result: dict[str, Any]) -> int:
     try:
         job = json.loads(result.get(RESULT_FINGERPRINT) or "{}")
         return int((job.get("ladder") or {}).get("q") or 0)
-    except (TypeError, ValueError, AttributeError):  # (JSONDecodeError is a ValueError)
+    # (JSONDecodeError is a ValueError; RecursionError: a fingerprint nested deeper than
+    # json reads)
+    except (TypeError, ValueError, AttributeError, RecursionError):
         return 0
 
 

@@ -9,7 +9,6 @@ found no way from ``result.json`` to either).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,14 @@ from mosaic.hardware import get_system
 from mosaic.limits import is_finite_number
 from mosaic.train.config import train_config_from_mapping
 from mosaic.train.perf_job import perf_job_document
-from mosaic.train.result_files import RESULT_FILE, RUN_INFO_FILE
+from mosaic.train.result_files import RESULT_FILE, RUN_INFO_FILE, read_run_json
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise MosaicInputError(f"{path}: not found (a `mosaic train --out` folder holds "
-                               f"{RESULT_FILE} and {RUN_INFO_FILE})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MosaicInputError(f"{path}: not readable JSON ({exc})") from None
+                               f"{RESULT_FILE} and {RUN_INFO_FILE})")
+    document = read_run_json(path, "mosaic train file")
     if not isinstance(document, dict):
         raise MosaicInputError(f"{path}: not a mosaic train file (a JSON object)")
     return document

@@ -75,6 +75,7 @@ from mosaic.train.result_files import (
     RESULT_FILE,
     RESULT_FINGERPRINT,
     RUN_INFO_FILE,
+    read_run_json,
 )
 from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
@@ -193,18 +194,26 @@ def read_finished_result(out_dir: str | Path, config: TrainConfig,
     path = Path(out_dir) / RESULT_FILE
     if not path.exists():
         return None
+    remedy = "remove it to finish the run again from its checkpoint"
     try:
-        payload = json.loads(path.read_text())
+        payload = read_run_json(path, "mosaic train result")
         saved = payload.pop(RESULT_FINGERPRINT, None)
         result = TrainResult(**payload)
-    except (json.JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{exc}; {remedy}") from None
+    except (TypeError, AttributeError) as exc:
         raise MosaicInputError(f"{path} is not a readable mosaic result ({type(exc).__name__}); "
-                               "remove it to finish the run again from its checkpoint") from None
+                               f"{remedy}") from None
     if saved is None and require_fingerprint:
         raise MosaicInputError(f"{path} holds a finished run that records no job fingerprint "
                                "(an older mosaic), so it cannot tell whether it is this job; "
                                "use a new output folder, or remove it to train again")
-    if saved is not None and not _same_job(saved, config):
+    try:
+        same = saved is None or _same_job(saved, config)
+    except (TypeError, ValueError, AttributeError, RecursionError):  # a hand-edited file
+        raise MosaicInputError(f"{path}: its {RESULT_FINGERPRINT} is not the JSON text of a "
+                               f"job, as mosaic writes it; {remedy}") from None
+    if not same:
         raise different_job_error(path.parent, saved, config)  # the folder is the other job's
     return result
 
