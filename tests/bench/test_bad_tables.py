@@ -97,7 +97,8 @@ def test_bench_compare_of_a_table_without_times_names_the_column(tmp_path):
         result.output.split())
 
 
-@pytest.mark.parametrize("text", ["", '{"runs": {"a": 1', "[1, 2]", '{"runs": "x"}'])
+@pytest.mark.parametrize("text", ["", '{"runs": {"a": 1', "[1, 2]", '{"runs": "x"}',
+                                  "[" * 100_000 + "]" * 100_000])
 def test_unreadable_bench_metadata_is_named(tmp_path, text):
     from mosaic.bench.store import read_metadata
 

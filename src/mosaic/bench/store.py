@@ -227,7 +227,8 @@ def read_metadata(directory: Path) -> dict[str, Any]:
         return {"runs": {}}
     try:
         document = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    # RecursionError: JSON nested deeper than json.loads follows (a trial's internal error)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise MosaicInputError(f"{path}: not readable as the bench's metadata ({reason}); "
                                "rerun `mosaic bench` into a new folder") from None
