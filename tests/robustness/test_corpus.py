@@ -226,6 +226,28 @@ CASES = [
       "runs/r0/run.json": json.dumps({"device": "cuda:0", "config": json.loads(
           load_train_config(REPO / "examples/train_q4_h200.yaml").model_dump_json())}).encode()},
      2, "world_size and tokens_per_s must be numbers"),
+    # a line break in a path or a value typed by the user was printed as typed: an error of
+    # two lines (hand trials, session 65); each kind of break str.splitlines knows
+    ("newline-in-path", ["perf", "{dir}/no\nsuch.yaml", "--json"], {}, 2,
+     "no such.yaml: YAML file not found"),
+    ("carriage-return-in-out", ["law", "fit", "examples/runs_example.yaml", "--out",
+                                "{dir}/no\rdir/x.json", "--json"], {}, 2,
+     "no dir does not exist"),
+    ("line-separator-in-set", ["perf", "{dir}/j.yaml", "--set",
+                               "hardware.system=a\u2028b", "--json"], {"j.yaml": SMALL_JOB}, 2,
+     "(from --set hardware.system=a b)"),
+    # a device named with a line break is listed among the known ones, unquoted
+    ("newline-in-catalog-name", ["hardware", "list", "--catalog", "{dir}/c.yaml", "--json"],
+     {"c.yaml": yaml.safe_dump({
+         "devices": [{"name": "new\nline", "vendor": "v",
+                      "peak_flops_per_s": {"bf16": {"value": 1e15, "source": "s"}},
+                      **{field: {"value": 1e12, "source": "s"} for field in (
+                          "hbm_bytes", "hbm_bw_bytes_per_s", "scale_up_bw_bytes_per_s")}}],
+         "systems": [{"name": "x", "device": "nope", "scale_out_fabric": "f",
+                      "nic_bw_bytes_per_s": {"value": 5e10, "source": "s"},
+                      **{field: {"value": 8, "source": "s"} for field in (
+                          "gpus_per_node", "scale_up_domain_gpus", "nics_per_node")}}],
+     }).encode()}, 2, "new line"),
 ]
 
 

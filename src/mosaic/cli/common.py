@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mosaic.cli.stream_table import build_table, column_justify
+from mosaic.cli.warning_lines import one_line
 from mosaic.errors import MosaicInputError
 from mosaic.jsonable import to_jsonable
 
@@ -99,14 +100,15 @@ _FILE_ERRORS = {FileNotFoundError: "no such file or directory",
 
 
 def _one_line(exc: Exception) -> str:
-    """A file error as 'PATH: what is wrong' (what a MosaicInputError says as it is)."""
+    """A file error as 'PATH: what is wrong' (what a MosaicInputError says as it is), on one
+    line: a path or value with a line break in it (`perf $'a\\nb.yaml'`) printed two."""
     what = _FILE_ERRORS.get(type(exc))
     filename = getattr(exc, "filename", None)
     if what is None or filename is None:
-        return str(exc)
+        return one_line(str(exc))
     if isinstance(exc, FileNotFoundError) and not Path(filename).parent.exists():
         what = f"directory {Path(filename).parent} does not exist"
-    return f"{filename}: {what}"
+    return one_line(f"{filename}: {what}")
 
 
 def guarded(function: Callable[..., Any]) -> Callable[..., Any]:

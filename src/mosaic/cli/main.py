@@ -220,7 +220,7 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
 
 
 def _one_line(message: str) -> None:
-    sys.stderr.write(message.replace("\n", " ").strip() + "\n")
+    sys.stderr.write(warning_lines.one_line(message) + "\n")
 
 
 def _internal_error(exc: BaseException) -> None:

@@ -18,8 +18,15 @@ _held: list[str] = []
 _released = False
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: every line break that ``str.splitlines`` knows (\\n, \\r,
+    \\v, \\f, \\x1c-\\x1e, \\x85, \\u2028, \\u2029), which a user's path or value may
+    carry into a message, read as a space (the CLI contract counts lines that way)."""
+    return " ".join(text.splitlines()).strip()
+
+
 def _emit(line: str) -> None:
-    sys.stderr.write(line.replace("\n", " ").strip() + "\n")
+    sys.stderr.write(one_line(line) + "\n")
 
 
 def warning_line(message: Warning | str, category: type[Warning], filename: str,
