@@ -4,6 +4,7 @@ pinned with the exit status and the words its one-line error must contain."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -249,6 +250,18 @@ CASES = [
                           "gpus_per_node", "scale_up_domain_gpus", "nics_per_node")}}],
      }).encode()}, 2, "new line"),
 ]
+# export and ladder collect wrote --out with open()/write_text, not io_atomic: a full device
+# raised OSError out of the command (hand trials, session 65)
+if Path("/dev/full").exists():
+    CASES += [
+        ("export-out-dev-full", ["export", "examples/appendix_e.yaml", "--to", "megatron",
+                                 "--out", "/dev/full"], {}, 2,
+         "/dev/full: cannot write there (No space left on device)"),
+        ("collect-out-dev-full", ["ladder", "collect", "{dir}/runs", "--out", "/dev/full",
+                                  "--json"],
+         {"runs/r0/result.json": json.dumps(RESULT).encode()}, 2,
+         "/dev/full: cannot write there (No space left on device)"),
+    ]
 
 
 @pytest.mark.parametrize(("argv", "files", "status", "words"),

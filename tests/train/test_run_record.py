@@ -100,6 +100,21 @@ def test_an_unreadable_run_file_is_one_line(tmp_path, name):
     assert result.exit_code == 2 and "nested too deeply" in result.output
 
 
+def test_a_symlinked_out_file_is_written_through_the_link(tmp_path):
+    """ladder record replaced a symlinked --out by an ordinary file (os.replace of its staged
+    copy) and left the link's target as it was; it writes as every output does (io_atomic):
+    the target gets the records and the link stays a link."""
+    _run_folder(tmp_path / "runs" / "q4")
+    target = tmp_path / "records.yaml"  # not there yet: the first record creates it
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    result = runner.invoke(app, ["ladder", "record", str(tmp_path / "runs"), "--system",
+                                 "DGX-H200", "--out", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink()
+    assert [r.id for r in load_run_records(target).records] == ["train-q4"]
+
+
 def test_a_system_of_another_gpu_is_refused(tmp_path):
     _run_folder(tmp_path / "run")
     result = runner.invoke(app, ["ladder", "record", str(tmp_path / "run"), "--system",

@@ -21,7 +21,7 @@ from mosaic.export import (
     spec_from_job,
     spec_from_plan_document,
 )
-from mosaic.io_atomic import check_output_file
+from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.schema_validation import parse_json, read_text
 
 DOES_NOT_FIT = "mosaic predicts this job does not fit"
@@ -205,7 +205,7 @@ def export_command(
     if out is None:
         typer.echo(result.text, nl=False)
     else:
-        out.write_text(result.text)
+        write_text_atomic(out, result.text)
         error_console.print(f"wrote {out}", markup=False, highlight=False)
     for item in result.assumed:
         error_console.print(f"warning: ASSUMED (not stated in {source}): {item}",

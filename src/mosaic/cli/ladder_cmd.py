@@ -36,7 +36,7 @@ from mosaic.cli.law_cmd import (
 )
 from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra
-from mosaic.io_atomic import check_output_file, prepare_output_dir
+from mosaic.io_atomic import check_output_file, prepare_output_dir, write_text_atomic
 from mosaic.limits import check_range
 
 DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
@@ -441,7 +441,9 @@ def record(
         if skipped:
             raise MosaicInputError(f"{out}: not written: validate would skip "
                                    f"{'; '.join(skipped)}")
-        os.replace(staged, out)
+        # written as every output is (io_atomic): through a symlink to its target, which
+        # os.replace(staged, out) replaced by an ordinary file, leaving the target stale
+        write_text_atomic(out, staged.read_text())
     if as_json:
         print_json({"runs_file": str(out), "runs": sorted(new), "runs_in_file": total})
         return

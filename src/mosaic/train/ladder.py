@@ -27,6 +27,7 @@ from mosaic.arch import count_parameters
 from mosaic.arch.counts import sparsity as sparsity_of
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.io_atomic import atomic_path
 from mosaic.limits import LIMITS, is_finite_number
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
@@ -372,7 +373,9 @@ def _ladder_rung(result: dict[str, Any]) -> int:
 
 
 def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
-    with path.open("w", newline="") as handle:
+    """``rows`` as runs.csv at ``path``, written atomically (:mod:`mosaic.io_atomic`: an
+    interrupted write leaves no cut table, a device such as /dev/full is one error line)."""
+    with atomic_path(path) as temp, temp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for row in rows:
