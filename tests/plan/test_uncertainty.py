@@ -47,6 +47,22 @@ def test_samples_files_round_trip(tmp_path, law):
     np.testing.assert_allclose(from_csv.log_coefs, samples.log_coefs, rtol=1e-12)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    (b"", "file is empty"),
+    (b"\xff\xfe\n", "not UTF-8"),
+    (b"a,b,c,j,e,alpha,beta,lambda,delta,gamma,eta\n" + b"abc" + b",1" * 10 + b"\n",
+     "coefficients must be positive numbers"),
+])
+def test_an_unreadable_csv_samples_file_is_one_line(tmp_path, text, message):
+    """A CSV samples file was read with a bare pd.read_csv: empty, not UTF-8 or a text cell
+    raised EmptyDataError, UnicodeDecodeError or ValueError out of `plan
+    --bootstrap-samples` (hand trials)."""
+    path = tmp_path / "samples.csv"
+    path.write_bytes(text)
+    with pytest.raises(MosaicInputError, match=message):
+        load_samples(path)
+
+
 def test_bad_samples(tmp_path, small_result, law):
     (tmp_path / "bad.json").write_text('{"format": "other"}')
     with pytest.raises(MosaicInputError, match="mosaic-law-samples/1"):

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import write_text_atomic
@@ -39,6 +38,7 @@ from mosaic.law import BootstrapResult, ScalingLaw
 from mosaic.law.forms import LawForm, get_form
 from mosaic.plan.search import PlanResult
 from mosaic.plan.throughput_spread import ThroughputSpread
+from mosaic.table_files import read_table
 
 SAMPLES_FORMAT = "mosaic-law-samples/1"
 DEFAULT_LEVEL = 0.90
@@ -151,11 +151,16 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
 
 
 def _samples_from_csv(path: Path, form: LawForm) -> LawSamples:
-    table = pd.read_csv(path)
+    # read as every table is (table_files.read_table): an empty or non-UTF-8 file raised
+    # pandas' EmptyDataError / UnicodeDecodeError out of plan (a trial)
+    table = read_table(path, "samples file")
     missing = [p for p in form.params if p not in table.columns]
     if missing:
         raise MosaicInputError(f"{path}: columns {missing} of form '{form.name}' are missing")
-    values = table[list(form.params)].to_numpy(dtype=float)
+    try:
+        values = table[list(form.params)].to_numpy(dtype=float)
+    except (TypeError, ValueError):  # a cell of text ('abc' raised ValueError out of plan)
+        values = np.full(1, np.nan)
     if not np.all(values > 0):
         raise MosaicInputError(f"{path}: coefficients must be positive numbers")
     return LawSamples(form, np.log(values))
