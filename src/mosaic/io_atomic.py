@@ -30,6 +30,7 @@ def check_output_file(path: str | Path, option: str,
     text = str(path)
     if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
         raise MosaicInputError(f"{option}: not a usable path ({len(text)} characters)")
+    _refuse_unexpanded_home(path, option)
     for source in inputs:
         if _same_file(path, Path(str(source).split("#", 1)[0])):
             raise MosaicInputError(f"{option} {_short(path)}: is the input file; writing it "
@@ -45,6 +46,20 @@ def check_output_file(path: str | Path, option: str,
         raise MosaicInputError(f"{option} {_short(path)}: {exc.strerror or exc}") from None
     _check_can_create_in(parent, f"{option} {_short(path)}: directory {_short(parent)}")
     return path
+
+
+def _refuse_unexpanded_home(path: Path, option: str) -> None:
+    """A path that starts with '~' where no such directory exists here: the shell expands
+    '~' only unquoted at the start of a word (not in `--plot=~/figs`), and the rest of mosaic
+    does not, so the output would go to a directory named '~' under this one (a trial's
+    `--plot '~/figs'` made one: a `rm -rf ~` away from the user's home)."""
+    head = path.parts[0] if path.parts else ""
+    if head.startswith("~") and not Path(head).exists():
+        home = Path(os.path.expanduser(head))
+        where = f" ({home / Path(*path.parts[1:])})" if str(home) != head else ""
+        raise MosaicInputError(f"{option} {_short(path)}: '~' is not expanded here (the shell "
+                               f"expands it only unquoted at the start of a word); give the "
+                               f"full path{where}")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -74,6 +89,7 @@ def prepare_output_dir(path: str | Path, option: str) -> Path:
     path = Path(path)
     if len(str(path)) > MAX_PATH_CHARS:
         raise MosaicInputError(f"{option}: path longer than {MAX_PATH_CHARS} characters")
+    _refuse_unexpanded_home(path, option)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,20 @@ def test_a_link_into_proc_fd_is_appended_through_not_replaced(tmp_path):
             pytest.skip("no /proc here")
         write_text_atomic(link, "NEW\n")
     assert log.read_text() == "KEEP\nNEW\n"
+
+
+def test_an_unexpanded_home_is_refused_not_made_a_directory(tmp_path, monkeypatch):
+    """`plan --plot '~/figs'` (or --plot=~/figs, which no shell expands) made a directory
+    named '~' under the working one; a '~' path that does not exist here is refused, with
+    the path the user meant."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    meant = re.escape(f"({tmp_path}/home/figs)")
+    with pytest.raises(MosaicInputError, match=rf"--plot ~/figs: '~' is not expanded here.*"
+                                               rf"{meant}"):
+        prepare_output_dir("~/figs", "--plot")
+    assert not (tmp_path / "~").exists()
+    with pytest.raises(MosaicInputError, match=r"--out ~/x\.json: '~' is not expanded"):
+        check_output_file("~/x.json", "--out")
+    (tmp_path / "~").mkdir()  # a directory of that name that is there is the user's own
+    assert prepare_output_dir("~/figs", "--plot") == Path("~/figs")
