@@ -523,3 +523,16 @@ def test_the_set_a_message_names_most_fully_is_blamed():
         "(from --set parallelism.ep=3)")
     step = MosaicInputError("job.yaml: the step is 3 s")  # 'ep' inside a word is no match
     assert str(blame_override(step, ["parallelism.ep=3"])) == str(step)
+
+
+def test_a_set_in_an_older_spelling_is_blamed_by_the_field_it_renames():
+    """A fuzz trial: '--set data.global_batch=-1' was refused as 'batch: global_seqs: ...'
+    with no '(from --set ...)', since the message names the canonical field only
+    (data.global_batch -> batch.global_seqs, and the paper's data.gbs, docs/schema.md)."""
+    from mosaic.config.job_schema import blame_override
+    from mosaic.errors import MosaicInputError
+
+    error = MosaicInputError("job.yaml: batch: global_seqs: Input should be greater than 0")
+    for override in ("data.global_batch=-1", "data.gbs=-1"):
+        assert str(blame_override(error, [override])).endswith(f"(from --set {override})")
+    assert str(blame_override(error, ["data.seq_len=8"])) == str(error)  # another field

@@ -1197,10 +1197,18 @@ def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInput
     field path the message names most fully wins (a fuzz trial blamed '...groups=64' for
     'moe.router.top_groups (65) must lie in 1..groups (64)')."""
     message = str(error)
-    scores = [(_named_depth(override.split("=", 1)[0].strip(), message), override)
+    scores = [(_override_depth(override.split("=", 1)[0].strip(), message), override)
               for override in overrides]
     depth, override = max(scores, key=lambda pair: pair[0], default=(0, ""))
     return type(error)(f"{message} (from --set {override})") if depth else error
+
+
+def _override_depth(path: str, message: str) -> int:
+    """:func:`_named_depth` of a ``--set`` path as given or in its canonical spelling, which
+    the schema's messages name (a fuzz trial: '--set data.global_batch=-1' is refused as
+    'batch: global_seqs: ...', which named no override)."""
+    canonical, _ = canonical_path(tuple(path.split(".")), JOB_RULES, set())
+    return max(_named_depth(path, message), _named_depth(".".join(canonical), message))
 
 
 def _named_depth(path: str, message: str) -> int:
