@@ -695,3 +695,22 @@ def test_the_summary_of_a_run_whose_metrics_are_gone_says_so(tmp_path):
     assert again.exit_code == 0, again.output
     assert "unknown (the step metrics are gone)" in again.output
     assert "nan" not in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"glu": False}, "model.glu"),  # was an internal error from the model's constructor
+     ({"activation": "geglu"}, "model.activation"),  # was trained as SwiGLU, silently
+     ({"attention_output_gate": True}, "model.attention_output_gate")],
+)
+def test_ffn_and_gate_features_the_model_lacks_are_refused_when_the_job_is_read(extra, field):
+    """model.py builds SwiGLU FFNs and the per-head gate only: a job asking for anything
+    else is refused by its field when it is read, not in the middle of the run (glu: false
+    was an internal error once the model was built; geglu trained as SwiGLU)."""
+    job = tiny_job()
+    del job["ladder"]
+    job["model"] = {"layers": 2, "d_model": 32, "heads": 4, "kv_heads": 2, "head_dim": 8,
+                    "ffn": 64, "vocab": 256, **extra}
+    with pytest.raises(MosaicInputError, match=field) as info:
+        train_config_from_mapping(job, "job.yaml")
+    assert str(info.value).startswith("job.yaml: ")

@@ -242,20 +242,24 @@ class TrainConfig(_Strict):
             raise ValueError("'moe' goes with 'model'; a ladder rung sets experts itself")
         return self
 
-    def geometry(self) -> Geometry:
-        """The model's geometry (vocabulary from the data for ladder rungs)."""
+    def geometry(self, where: str = "config") -> Geometry:
+        """The model's geometry (vocabulary from the data for ladder rungs); a geometry the
+        trainer cannot build is a one-line MosaicInputError starting with ``where``."""
+        try:
+            return self._geometry(where)
+        except MosaicInputError as exc:
+            raise MosaicInputError(naming(where, exc)) from None
+
+    def _geometry(self, where: str) -> Geometry:
         if self.ladder is not None:
             return ladder_rung_geometry(self.ladder, self.data.vocab_size)
         document = {"model": self.model} | ({} if self.moe is None else {"moe": self.moe})
-        model = model_block_from_document(document, "config")
+        model = model_block_from_document(document, where)
         if model.moe is not None and model.moe.capacity_factor is not None:
             raise MosaicInputError(
                 f"model.moe.capacity_factor is {model.moe.capacity_factor}; the trainer is "
                 "dropless (Appendix A.2: infinite capacity), leave it unset")
-        try:
-            geometry = geometry_from_model(model, [], measured=False)
-        except MosaicInputError as exc:
-            raise MosaicInputError(f"config: {exc}") from None
+        geometry = geometry_from_model(model, [], measured=False)
         if geometry.attention is AttentionKind.MLA:
             raise MosaicInputError("model.attention 'mla' is not implemented by the trainer; "
                                    "allowed: mha, gqa")
@@ -266,6 +270,23 @@ class TrainConfig(_Strict):
             raise MosaicInputError(
                 f"model: {', '.join(unsupported)} not implemented by the trainer (the paper's "
                 "recipe, Appendix A.1, uses none of them); remove them from the file")
+        # model.py builds SwiGLU FFNs (Appendix A.1) and the per-head gate only: refused
+        # here, not once the model is built mid-run (glu: false was an internal error there,
+        # activation: geglu trained as SwiGLU without a word)
+        if geometry.activation_name != "swiglu":
+            field = "model.activation" if geometry.activation is not None else "model.glu"
+            raise MosaicInputError(
+                f"{field}: the trainer's FFNs are SwiGLU (Appendix A.1), this model's are "
+                f"{geometry.activation_name}; state glu: true (activation swiglu) or leave "
+                "both out")
+        if geometry.attention_output_gate:
+            raise MosaicInputError(
+                "model.attention_output_gate is not implemented by the trainer; its gate is "
+                "the paper's per-head one (model.gated_attention, Appendix A.1)")
+        if geometry.is_hybrid:
+            raise MosaicInputError("model.hybrid_pattern: the trainer builds the paper's "
+                                   "transformers; a hybrid SSM/attention model is not "
+                                   "supported")
         router = None if geometry.moe is None else geometry.moe.router
         if router is not None and replace(router, balancing=router.balancing or "loss_free"
                                           ) != PAPER_ROUTER:
@@ -307,8 +328,15 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
             "mosaic perf, layouts, export), not a `mosaic train` job, which holds data, run "
             "and a model or ladder block (docs/train.md)")
     config = validate_mapping(TrainConfig, data, where)
-    config.geometry()  # surface geometry errors now, not mid-run
+    config.geometry(where)  # surface geometry errors now, not mid-run
     return config
+
+
+def naming(where: str, exc: Exception) -> str:
+    """``exc``'s message as one line that starts with ``where`` (the job or grid file it came
+    from), unless it already does."""
+    message = str(exc)
+    return message if message.startswith(f"{where}:") else f"{where}: {message}"
 
 
 def check_schedule(config: TrainConfig, where: str) -> None:
