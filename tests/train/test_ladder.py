@@ -692,3 +692,28 @@ def test_ladder_fit_reports_the_fits_progress_as_law_fit_does(tmp_path, monkeypa
                                          "--holdout", "0", "--starts", "8", "--refine", "1"])
     assert result.exit_code == 0, result.output
     assert "progress: law fit (screened blocks, refined starts)" in result.stderr
+
+
+def test_a_rung_failure_and_a_missing_corpus_name_the_grid_file(tmp_path):
+    """With several grids a user could not tell which one failed: the errors met once a
+    ladder runs (a rung's token ids beyond data.vocab; a missing corpus, found before the
+    first rung) start with the grid file and name the recipe field."""
+    pytest.importorskip("torch")
+    from mosaic.train.data import write_token_file
+
+    write_token_file(np.arange(2000) % 1000, tmp_path / "ids.bin", "uint16")
+    ladder = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+              "split_factor": [1], "tokens": [512]}
+    recipe = {**RECIPE, "data": {"path": "ids.bin", "format": "uint16", "vocab": 500}}
+    grid = tmp_path / "second_grid.yaml"
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": ladder}))
+    result = CliRunner().invoke(_app(), ["-q", "ladder", "run", str(grid), "--out",
+                                         str(tmp_path / "a")])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {grid}: rung q1_E4_K1_G1_D512: data: token id")
+    recipe["data"]["path"] = "missing.bin"
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": ladder}))
+    result = CliRunner().invoke(_app(), ["ladder", "run", str(grid), "--out",
+                                         str(tmp_path / "b")])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {grid}: recipe.data.path '{tmp_path}/missing.bin'")

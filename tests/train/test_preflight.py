@@ -122,7 +122,7 @@ def test_cli_exits_2_with_one_line(monkeypatch, tmp_path):
                                       "--stop-after", "1"])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: the job does not fit in memory")
+    assert len(lines) == 1 and lines[0].startswith(f"error: {HUGE}: the job does not fit in memory")
     assert "examples/ladder_tiny.yaml" in lines[0] and "GPU" in lines[0]
     assert not (Path(tmp_path) / "q4" / "checkpoint.pt").exists()
 

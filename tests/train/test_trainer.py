@@ -714,3 +714,40 @@ def test_ffn_and_gate_features_the_model_lacks_are_refused_when_the_job_is_read(
     with pytest.raises(MosaicInputError, match=field) as info:
         train_config_from_mapping(job, "job.yaml")
     assert str(info.value).startswith("job.yaml: ")
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [({"path": "missing.txt"}, "data.path '"),
+     ({"path": "short.txt"}, "data.path holds 10 tokens; at least run.seq_len + 1 = 33")],
+)
+def test_errors_met_once_a_job_runs_name_its_file(tmp_path, capsys, data, words):
+    """A data file that is missing or too short is found only when the run starts, after
+    the job validated; the one-line error named neither the job file nor, for a short file,
+    the run.seq_len it falls short of, so a user with several jobs could not tell which one
+    failed. `mosaic train` and `python -m mosaic.train` both start it with the file."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+    from mosaic.train.__main__ import main
+
+    (tmp_path / "short.txt").write_bytes(b"0123456789")
+    job = tmp_path / "second.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(data=data)))
+    result = CliRunner().invoke(app, ["train", str(job), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {job}: {words}"), lines
+    assert not (tmp_path / "a").exists()  # refused before its first step: no folder left
+    assert main([str(job), "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {job}: {words}")
+
+
+def test_an_unknown_device_name_is_refused_when_the_job_is_read():
+    """run.device_name was looked up when the run started (each ladder rung failed on it
+    in turn) and the error named neither the field nor the file."""
+    with pytest.raises(MosaicInputError,
+                       match=r"^job.yaml: run.device_name: unknown device 'H900'"):
+        train_config_from_mapping(tiny_job(run={"device_name": "H900"}), "job.yaml")
+    config = train_config_from_mapping(tiny_job(run={"device_name": "H100-SXM-80GB"}), "job")
+    assert config.run.device_name == "H100-SXM-80GB"

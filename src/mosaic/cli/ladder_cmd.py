@@ -84,7 +84,7 @@ def train_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Train one job with the paper's MoE recipe (single process, or under torchrun)."""
-    from mosaic.train.config import load_train_config
+    from mosaic.train.config import job_errors, load_train_config
 
     config = load_train_config(job)
     if perf_job is not None:
@@ -112,8 +112,9 @@ def train_command(
 
     log = None if quiet or is_quiet() or as_json else log_line
     try:
-        result = train(config, out, stop_after_steps=stop_after, log=log,
-                       started=warning_lines.release)
+        with job_errors(str(job)):  # which of several jobs failed, once it runs
+            result = train(config, out, stop_after_steps=stop_after, log=log,
+                           started=warning_lines.release)
     except MosaicInputError:  # refused before its first step: no empty folder left behind
         if created and os.environ.get("RANK", "0") == "0":  # one process tidies up
             with contextlib.suppress(OSError):  # not empty (another rank's file): kept
@@ -202,7 +203,10 @@ def run(
     from mosaic.cli.progress import line_reporter
 
     prepare_output_dir(out, "--out")
-    path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
+    from mosaic.train.config import job_errors
+
+    with job_errors(str(grid)):  # which of several grids failed, once its rungs run
+        path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     from mosaic.table_files import read_table

@@ -23,19 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no per-step lines on stdout")
     args = parser.parse_args(argv)
     from mosaic.cli.warning_lines import install_immediate
-    from mosaic.train.config import load_train_config
+    from mosaic.train.config import job_errors, load_train_config
 
     install_immediate()  # one `warning:` line each, as `mosaic train` prints them
     from mosaic.train.trainer import format_record, train
 
     try:
         config = load_train_config(args.job)
-        result = train(config, args.out, stop_after_steps=args.stop_after,
-                       log=None if args.quiet else lambda r: print(format_record(r), flush=True))
+        with job_errors(args.job):  # which of several jobs failed, once it runs
+            result = train(config, args.out, stop_after_steps=args.stop_after,
+                           log=None if args.quiet else lambda r: print(format_record(r),
+                                                                       flush=True))
     except MosaicInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # an --out that is not a folder, an unreadable data file
+    except OSError as exc:  # reading the job file (job_errors words the run's own)
         if exc.filename is None:  # not about a path the user gave (a full disk, a pipe)
             raise
         print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)

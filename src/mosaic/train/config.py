@@ -8,6 +8,8 @@ here imports torch, so the planner can read and check a job without the ``train`
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -329,6 +331,13 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
             "and a model or ladder block (docs/train.md)")
     config = validate_mapping(TrainConfig, data, where)
     config.geometry(where)  # surface geometry errors now, not mid-run
+    if config.run.device_name is not None:  # now, not as every ladder rung's failure
+        from mosaic.hardware import get_device
+
+        try:
+            get_device(config.run.device_name)
+        except MosaicInputError as exc:
+            raise MosaicInputError(f"{where}: run.device_name: {exc}") from None
     return config
 
 
@@ -337,6 +346,21 @@ def naming(where: str, exc: Exception) -> str:
     from), unless it already does."""
     message = str(exc)
     return message if message.startswith(f"{where}:") else f"{where}: {message}"
+
+
+@contextmanager
+def job_errors(where: str) -> Iterator[None]:
+    """Errors a job meets once it runs (a data file that cannot be read, a checkpoint of
+    another job, a divergence) as one MosaicInputError line that starts with ``where``, the
+    job or grid file: a user with several jobs is told which one failed (they named none)."""
+    try:
+        yield
+    except MosaicInputError as exc:
+        raise MosaicInputError(naming(where, exc)) from None
+    except OSError as exc:
+        if exc.filename is None:  # not about a path (a full disk, a pipe): as it was
+            raise
+        raise MosaicInputError(f"{where}: {exc.filename}: {exc.strerror or exc}") from None
 
 
 def check_schedule(config: TrainConfig, where: str) -> None:

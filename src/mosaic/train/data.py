@@ -36,13 +36,13 @@ def write_token_file(tokens: np.ndarray, path: str | Path, dtype: str = "uint16"
     return path
 
 
-def data_files(path: str | Path | list[Path]) -> list[Path]:
+def data_files(path: str | Path | list[Path], field: str = "data.path") -> list[Path]:
     """The files of ``data.path``, each an existing file (MosaicInputError naming one that
-    is not)."""
+    is not, as ``field``: a grid's is ``recipe.data.path``)."""
     paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
     for one in paths:
         if not one.is_file():
-            raise MosaicInputError(f"data.path {str(one)!r} does not exist or is not a file")
+            raise MosaicInputError(f"{field} {str(one)!r} does not exist or is not a file")
     return paths
 
 
@@ -79,7 +79,7 @@ class TokenStream:
         self.windows = (len(self.tokens) - 1) // seq_len
         if self.windows < 1:
             raise MosaicInputError(
-                f"data.path holds {len(self.tokens)} tokens; at least seq_len + 1 = "
+                f"data.path holds {len(self.tokens)} tokens; at least run.seq_len + 1 = "
                 f"{seq_len + 1} are needed")
 
     @property

@@ -404,7 +404,7 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
 
     for job in selected:  # once, not as every rung's failure (a fuzz trial: 19 of them)
         if job.config.data.format != "synthetic" and job.config.data.path is not None:
-            data_files(job.config.data.path)
+            data_files(job.config.data.path, "recipe.data.path")
     context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
     try:
         _run_selected(selected, jobs, out_dir, progress, main, context)
