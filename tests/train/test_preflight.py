@@ -131,6 +131,8 @@ def test_available_memory_reads_proc_meminfo(monkeypatch, tmp_path):
     fake = tmp_path / "meminfo"
     fake.write_text("MemTotal:       32000000 kB\nMemAvailable:   1000000 kB\n")
     monkeypatch.setattr(preflight, "_MEMINFO", fake)
+    monkeypatch.setattr(preflight, "_PROC_CGROUP", tmp_path / "no_cgroup")  # no limits
+    monkeypatch.setattr(preflight, "_RLIMITS", ())
     assert preflight.available_memory_bytes("cpu") == (1024e6, "MemAvailable in /proc/meminfo")
 
 
@@ -168,3 +170,97 @@ def test_a_router_other_than_the_papers_is_refused():
             train_config_from_mapping(job, "job").geometry()
     job["moe"] = moe | {"router": {"score": "sigmoid", "balancing": "loss_free"}}
     assert train_config_from_mapping(job, "job").geometry().moe.router.score == "sigmoid"
+
+
+def test_an_address_space_limit_lowers_the_memory_available():
+    """Under `ulimit -v` the check compared with the host's MemAvailable (21 GiB) and a job
+    estimated at 10.9 GiB started, then died mid-step as an internal error (torch's
+    allocator failed, a trial): the limit less the process's VmSize is what it has."""
+    import os
+    import subprocess
+    import sys
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("reads VmSize from Linux's /proc/self/status")
+    headroom = 512 * 2**20
+    script = (
+        "import resource\n"
+        "from mosaic.train import preflight\n"
+        "used = next(float(line.split()[1]) * 1024 for line in open('/proc/self/status')\n"
+        "            if line.startswith('VmSize:'))\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, (int(used) + {headroom}, "
+        "resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+        "free, source = preflight.available_memory_bytes('cpu')\n"
+        "print(free, source)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    free, source = done.stdout.split(" ", 1)
+    # the limit less what the process had mapped when it set it (VmSize grows a little)
+    assert 0.9 * headroom <= float(free) <= headroom
+    assert source.startswith("ulimit -v (RLIMIT_AS)")
+
+
+def _fake_cgroup(tmp_path, monkeypatch, proc_line, files):
+    """A /proc/self/cgroup line and the cgroup files under a fake /sys/fs/cgroup."""
+    root = tmp_path / "cgroup"
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    (tmp_path / "proc_cgroup").write_text(proc_line + "\n")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:   33554432 kB\n")  # the host: 32 GiB
+    monkeypatch.setattr(preflight, "_MEMINFO", meminfo)
+    monkeypatch.setattr(preflight, "_PROC_CGROUP", tmp_path / "proc_cgroup")
+    monkeypatch.setattr(preflight, "_CGROUP_ROOT", root)
+    monkeypatch.setattr(preflight, "_RLIMITS", ())
+
+
+def test_a_cgroup_v2_limit_lowers_the_memory_available(tmp_path, monkeypatch):
+    """A container or a Slurm job's --mem is a memory cgroup: past its memory.max the OOM
+    killer ends the run without a word, while MemAvailable reads the whole host. Available
+    = memory.max - (memory.current - inactive_file) (cgroup-v2.rst), the least over the
+    process's cgroup and its ancestors."""
+    gib = 2**30
+    _fake_cgroup(tmp_path, monkeypatch, "0::/slurm/job_7", {
+        "slurm/job_7/memory.max": f"{8 * gib}\n",
+        "slurm/job_7/memory.current": f"{3 * gib}\n",
+        "slurm/job_7/memory.stat": f"anon {2 * gib}\ninactive_file {gib}\n",
+        "slurm/memory.max": "max\n", "slurm/memory.current": f"{50 * gib}\n"})
+    free, source = preflight.available_memory_bytes("cpu")
+    assert free == 8 * gib - (3 * gib - gib)  # 6 GiB, not the host's 32
+    assert "slurm/job_7/memory.max" in source
+    estimate = preflight.MemoryEstimate(params=1000, model_state_bytes=16e3,
+                                        activation_bytes=6 * gib, logits_bytes=0)
+    with pytest.raises(MosaicInputError, match=r"> 6 GiB available on cpu \(.*memory.max"):
+        check_training_memory(estimate, (free, source), "cpu", 8, 2048)
+
+
+def test_a_cgroup_v1_limit_seen_at_the_containers_root_counts(tmp_path, monkeypatch):
+    """A v1 container sees its own memory cgroup at the mount's root while
+    /proc/self/cgroup names the host's path, which does not exist inside: the root's
+    limit_in_bytes - (usage_in_bytes - total_inactive_file) (cgroup-v1/memory.rst)."""
+    gib = 2**30
+    _fake_cgroup(tmp_path, monkeypatch, "4:memory:/docker/abc", {
+        "memory/memory.limit_in_bytes": f"{4 * gib}\n",
+        "memory/memory.usage_in_bytes": f"{gib}\n",
+        "memory/memory.stat": f"total_inactive_file {gib // 2}\n"})
+    assert preflight.available_memory_bytes("cpu")[0] == 4 * gib - gib // 2
+    # no limit (v1 writes PAGE_COUNTER_MAX pages): the host's MemAvailable
+    (tmp_path / "cgroup" / "memory" / "memory.limit_in_bytes").write_text(
+        "9223372036854771712\n")
+    assert preflight.available_memory_bytes("cpu") == (32 * gib,
+                                                       "MemAvailable in /proc/meminfo")
+
+
+def test_one_sequence_too_long_is_told_to_shorten_the_sequence():
+    """seq_len 10**7 at one sequence per micro-batch was advised a smaller
+    micro_batch_seqs, which cannot go below 1."""
+    config = train_config_from_mapping(
+        tiny_job(data={"format": "synthetic", "path": None, "vocab": 256},
+                 run={"seq_len": 10**7, "tokens": 10**7, "global_batch_seqs": 1,
+                      "micro_batch_seqs": 1}), "job")
+    estimate = estimate_training_memory(config.geometry(), 1, 10**7, 4)
+    with pytest.raises(MosaicInputError, match=r"a shorter run\.seq_len") as info:
+        check_training_memory(estimate, (16 * 2**30, "test"), "cpu", 1, 10**7)
+    assert "smaller run.micro_batch_seqs" not in str(info.value)
+

@@ -14,7 +14,12 @@ layout is fixed and simple):
 * the logits: the LM head output plus its fp32 copy and the cross-entropy gradient.
 
 It is compared with the free device memory (``torch.cuda.mem_get_info``) or, on CPU, the
-``MemAvailable`` of ``/proc/meminfo`` (Linux; ``os.sysconf`` elsewhere). Each process builds
+``MemAvailable`` of ``/proc/meminfo`` (Linux; ``os.sysconf`` elsewhere), lowered to what the
+limits on this process leave: its memory cgroup's (a container's, a Slurm job's ``--mem``,
+whose excess the kernel's OOM killer ends without a message, while MemAvailable reads the
+whole host's) and its address-space and data rlimits (``ulimit -v`` / ``-d``: torch then
+fails to allocate mid-step; a trial's job under ``ulimit -v 4000000`` passed against 21 GiB
+of MemAvailable and died after 30 s as an internal error). Each process builds
 the whole fp32 model before FSDP2 shards it, so its peak is at least that; on CPU the
 processes torchrun starts on one host (``LOCAL_WORLD_SIZE``) share its memory, so the host
 must hold all of them (a trial's two processes passed one by one and together needed more
@@ -32,11 +37,28 @@ from mosaic.arch.geometry import Geometry
 from mosaic.errors import MosaicInputError
 from mosaic.units import FP32_BYTES, GIB
 
+try:
+    import resource  # POSIX only
+except ImportError:  # Windows: no rlimits to read
+    resource = None  # type: ignore[assignment]
+
 MODEL_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW m and v (ZeRO Sec. 3.1)
 # Headroom for what the estimate leaves out (allocator fragmentation, temporaries of the
 # optimizer step, the CUDA context or the Python process itself).
 SAFETY_FACTOR = 1.2
 _MEMINFO = Path("/proc/meminfo")
+_PROC_STATUS = Path("/proc/self/status")
+_PROC_CGROUP = Path("/proc/self/cgroup")
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+# rlimits on this process's memory and the /proc/self/status line of what it already uses
+# (getrlimit(2): RLIMIT_AS bounds the virtual address space, VmSize; RLIMIT_DATA, since
+# Linux 4.7, the data segment and private anonymous mappings, VmData; proc(5))
+_RLIMITS = ((getattr(resource, "RLIMIT_AS", None), "VmSize", "ulimit -v (RLIMIT_AS)"),
+            (getattr(resource, "RLIMIT_DATA", None), "VmData", "ulimit -d (RLIMIT_DATA)"))
+# cgroup files: (limit, usage, the memory.stat key of reclaimable inactive page cache) for
+# cgroup v2 (Documentation/admin-guide/cgroup-v2.rst) and v1 (cgroup-v1/memory.rst)
+_CGROUP_FILES = {2: ("memory.max", "memory.current", "inactive_file"),
+                 1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
 
 
 @dataclass(frozen=True)
@@ -105,12 +127,21 @@ def estimate_training_memory(geometry: Geometry, micro_batch_seqs: int, seq_len:
 
 def available_memory_bytes(device_type: str, device_index: int | None = None
                            ) -> tuple[float, str] | None:
-    """(free bytes, where it was read) for a device, or None when it cannot be read."""
+    """(free bytes, where it was read) for a device, or None when it cannot be read; on
+    CPU the host's available memory lowered to what this process's cgroup and rlimits
+    leave it (see the module doc)."""
     if device_type == "cuda":
         import torch
 
         free, _ = torch.cuda.mem_get_info(device_index)
         return float(free), "free CUDA memory (torch.cuda.mem_get_info)"
+    found = [one for one in (_host_available(), _cgroup_headroom(), *_rlimit_headroom())
+             if one is not None]
+    return min(found, key=lambda one: one[0]) if found else None
+
+
+def _host_available() -> tuple[float, str] | None:
+    """The host's available memory: MemAvailable (Linux), else sysconf's free pages."""
     try:
         for line in _MEMINFO.read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -123,6 +154,88 @@ def available_memory_bytes(device_type: str, device_index: int | None = None
     except (AttributeError, OSError, ValueError):
         return None
     return float(pages * size), "available physical pages (sysconf)"
+
+
+def _status_bytes(key: str) -> float | None:
+    """A ``kB`` line of /proc/self/status (VmSize, VmData) in bytes; None if unreadable."""
+    try:
+        for line in _PROC_STATUS.read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _rlimit_headroom() -> list[tuple[float, str]]:
+    """What each finite memory rlimit leaves this process: the limit less what it uses."""
+    found = []
+    for limit_kind, status_key, name in _RLIMITS:
+        if limit_kind is None or resource is None:
+            continue
+        soft, _ = resource.getrlimit(limit_kind)
+        used = _status_bytes(status_key)
+        if soft == resource.RLIM_INFINITY or used is None:
+            continue
+        found.append((max(0.0, soft - used),
+                      f"{name} {_gb(soft)} less the process's {status_key}"))
+    return found
+
+
+def _cgroup_number(path: Path) -> float | None:
+    """A cgroup file's byte count; None for 'max' (no limit) or an unreadable file."""
+    try:
+        text = path.read_text().strip()
+        return None if text == "max" else float(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_headroom() -> tuple[float, str] | None:
+    """The least any memory cgroup holding this process leaves it: limit less the working
+    set, usage less inactive page cache (the kernel reclaims that before its OOM killer;
+    Kubernetes' kubelet evicts on the same working set). The process's cgroup and each
+    ancestor visible under /sys/fs/cgroup are read (a container sees its own at the root)."""
+    try:
+        lines = _PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return None
+    best: tuple[float, str] | None = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            version, mount = 2, _CGROUP_ROOT
+        elif "memory" in parts[1].split(","):
+            version, mount = 1, _CGROUP_ROOT / "memory"
+        else:
+            continue
+        limit_file, usage_file, inactive_key = _CGROUP_FILES[version]
+        relative = Path(parts[2].lstrip("/"))
+        for folder in [mount / relative, *(mount / p for p in relative.parents)]:
+            limit = _cgroup_number(folder / limit_file)
+            usage = _cgroup_number(folder / usage_file)
+            if limit is None or usage is None:
+                continue
+            working = usage - _memory_stat(folder / "memory.stat", inactive_key)
+            headroom = max(0.0, limit - max(0.0, working))
+            if best is None or headroom < best[0]:
+                best = (headroom, f"{folder / limit_file} {_gb(limit)} less the cgroup's "
+                                  "working set")
+    return best
+
+
+def _memory_stat(path: Path, key: str) -> float:
+    """One counter of a cgroup's memory.stat (bytes); 0 when absent."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return float(value)
+    except (OSError, ValueError):
+        pass
+    return 0.0
 
 
 def _gb(value: float) -> str:
@@ -158,6 +271,10 @@ def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str]
                 if estimate.init_bytes > estimate.total_bytes else "")
     # more processes shard the states of GPUs, each with its own memory, not a CPU host's
     more = "" if device.startswith("cpu") else ", more processes (torchrun shards the states)"
+    # one sequence a micro-batch already: only a shorter one takes less (a trial's
+    # seq_len 10**7 was told to lower micro_batch_seqs 1)
+    shorter = ("a smaller run.micro_batch_seqs" if micro_batch_seqs > 1
+               else "a shorter run.seq_len")
     raise MosaicInputError(
         f"the job does not fit in memory: estimated {_gb(per_process)} per process"
         f"{shared} ({_gb(estimate.model_state_bytes)} fp32 weights, gradients and AdamW "
@@ -165,5 +282,5 @@ def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str]
         f"{_gb(estimate.activation_bytes)} activations and {_gb(estimate.logits_bytes)} "
         f"logits at run.micro_batch_seqs {micro_batch_seqs} x run.seq_len {seq_len}"
         f"{start_up}, x{SAFETY_FACTOR} headroom) > {_gb(free)} available on {device} "
-        f"({source}); use a smaller model (e.g. examples/ladder_tiny.yaml), a smaller "
-        f"run.micro_batch_seqs, a GPU{more}, or set run.memory_check: false")
+        f"({source}); use a smaller model (e.g. examples/ladder_tiny.yaml), "
+        f"{shorter}, a GPU{more}, or set run.memory_check: false")
