@@ -264,3 +264,23 @@ def test_one_sequence_too_long_is_told_to_shorten_the_sequence():
         check_training_memory(estimate, (16 * 2**30, "test"), "cpu", 1, 10**7)
     assert "smaller run.micro_batch_seqs" not in str(info.value)
 
+
+def test_running_out_of_memory_mid_run_is_one_line_naming_the_settings(tmp_path,
+                                                                       monkeypatch):
+    """A run the estimate let start and torch could not allocate for (a trial: under
+    `ulimit -v` the CPU allocator's RuntimeError) ended as 'internal error ... this is a bug
+    in mosaic'; it is an input error naming the micro-batch and sequence settings."""
+    from mosaic.train import model as model_module
+    from mosaic.train.trainer import train
+
+    def forward(self, tokens):  # torch's own allocator failing, as it does at the limit
+        torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB
+
+    monkeypatch.setattr(model_module.MoETransformer, "forward", forward)
+    config = train_config_from_mapping(tiny_job(), "job")
+    with pytest.raises(MosaicInputError) as info:
+        train(config, tmp_path / "run")
+    message = str(info.value)
+    assert message.startswith("out of memory at run.micro_batch_seqs 4 x run.seq_len 32 "
+                              "(DefaultCPUAllocator: can't allocate memory")
+    assert "lower run.micro_batch_seqs" in message and "\n" not in message

@@ -754,10 +754,43 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
     context = context or init_distributed(config.run.device)
     try:
         return Trainer(config, out_dir, context).run(stop_after_steps, log, started)
+    except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is one
+        if not _out_of_memory(exc):
+            raise
+        raise out_of_memory_error(config, exc) from None
     finally:
         if owned:
             shutdown(context)
         torch.set_num_threads(threads)
+
+
+# What torch's CPU allocator raises when malloc fails (c10/core/impl/alloc_cpu.cpp); CUDA's
+# caching allocator raises torch.OutOfMemoryError.
+_CPU_ALLOCATION_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch failing to allocate (CPU or CUDA)."""
+    oom = getattr(torch, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(exc, oom)) or _CPU_ALLOCATION_FAILED in str(exc)
+
+
+def out_of_memory_error(config: TrainConfig, exc: BaseException) -> MosaicInputError:
+    """A run that ran out of memory after the pre-flight check let it start (the estimate
+    leaves things out, or other processes took the memory) as one line, not the internal
+    error it was: which settings to lower, and that the checkpoints are kept."""
+    run = config.run
+    torch_said = " ".join(str(exc).split())
+    torch_said = torch_said[torch_said.find("DefaultCPUAllocator"):] if (
+        _CPU_ALLOCATION_FAILED in torch_said) else torch_said
+    checked = ("the pre-flight estimate (docs/train.md) let it start" if run.memory_check
+               else "run.memory_check is false, so no estimate was checked")
+    shorter = ("run.micro_batch_seqs" if run.micro_batch_seqs > 1 else "run.seq_len")
+    return MosaicInputError(
+        f"out of memory at run.micro_batch_seqs {run.micro_batch_seqs} x run.seq_len "
+        f"{run.seq_len} ({torch_said[:160]}); {checked}: lower {shorter}, use a smaller "
+        "model or free memory (checkpoints written before it are kept; a rerun resumes "
+        "from the last)")
 
 
 def format_record(record: dict[str, Any]) -> str:
