@@ -717,3 +717,23 @@ def test_a_rung_failure_and_a_missing_corpus_name_the_grid_file(tmp_path):
                                          str(tmp_path / "b")])
     assert result.exit_code == 2
     assert result.output.startswith(f"error: {grid}: recipe.data.path '{tmp_path}/missing.bin'")
+
+
+def test_a_batch_of_partial_micro_batches_is_refused_when_the_grid_is_read(tmp_path):
+    """global_batch_seqs 6 in micro-batches of 4 failed every rung in turn once the ladder
+    ran ('2 of 2 rungs failed (the others trained ...)'); 6 = 4·k has no whole k, so it is
+    refused when the grid is read, as a job's own file is."""
+    grid = tmp_path / "grid.yaml"
+    recipe = {**RECIPE, "run": {**RECIPE["run"], "global_batch_seqs": 6,
+                                "micro_batch_seqs": 4}}
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": {
+        "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8], "top_k": [1],
+        "split_factor": [1], "tokens": [512]}}))
+    with pytest.raises(MosaicInputError, match=r"run.global_batch_seqs 6 must be a multiple "
+                                               r"of run.micro_batch_seqs 4"):
+        load_grid(grid)
+    recipe["run"]["global_batch_seqs"] = 8  # 2 micro-batches of 4
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": {
+        "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8], "top_k": [1],
+        "split_factor": [1], "tokens": [512]}}))
+    assert len(load_grid(grid)) == 2

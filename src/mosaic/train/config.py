@@ -222,6 +222,16 @@ class RunConfig(_Strict):
         default=True, description="refuse (exit 2) a job whose estimated memory exceeds the "
                                   "device's free memory, before allocating it")
 
+    @model_validator(mode="after")
+    def _whole_micro_batches(self) -> RunConfig:
+        # checked when the job is read: at the start of each run a grid's every rung failed
+        # on it in turn (the processes' share is checked when they are known, trainer.py)
+        if self.global_batch_seqs % self.micro_batch_seqs:
+            raise ValueError(f"run.global_batch_seqs {self.global_batch_seqs} must be a "
+                             f"multiple of run.micro_batch_seqs {self.micro_batch_seqs} (a "
+                             "step is whole micro-batches)")
+        return self
+
 
 class TrainConfig(_Strict):
     """One training job: model geometry, routing, optimiser, data and run settings."""
