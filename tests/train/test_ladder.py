@@ -737,3 +737,17 @@ def test_a_batch_of_partial_micro_batches_is_refused_when_the_grid_is_read(tmp_p
         "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8], "top_k": [1],
         "split_factor": [1], "tokens": [512]}}))
     assert len(load_grid(grid)) == 2
+
+
+def test_a_ladder_whose_every_rung_failed_does_not_say_the_others_trained(tmp_path):
+    pytest.importorskip("torch")
+    recipe = {**RECIPE, "optim": {**RECIPE["optim"], "lr": 1e30}}  # every rung diverges
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": {
+        "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8], "top_k": [1],
+        "split_factor": [1], "tokens": [512]}}))
+    result = CliRunner().invoke(_app(), ["-q", "ladder", "run", str(grid), "--out",
+                                         str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "2 of 2 rungs failed (none trained;" in result.output
+    assert "the others trained" not in result.output

@@ -445,8 +445,10 @@ def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Pat
     if len(failures) == 1 and len(selected) == 1:
         raise MosaicInputError(failures[0])
     if failures:
+        others = ("none trained" if len(failures) == len(selected)  # not "the others
+                  else "the others trained")  # trained" when every rung failed (a trial)
         raise MosaicInputError(
-            f"{len(failures)} of {len(selected)} rungs failed (the others trained; "
+            f"{len(failures)} of {len(selected)} rungs failed ({others}; "
             f"{RUNS_CSV} holds every finished rung; rerun to retry the failed ones): "
             + "; ".join(failures))
 
