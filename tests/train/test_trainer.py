@@ -10,7 +10,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from mosaic.errors import MosaicInputError  # noqa: E402
+from mosaic.errors import MosaicInputError, MosaicWarning  # noqa: E402
 from mosaic.hardware import get_device  # noqa: E402
 from mosaic.train.config import train_config_from_mapping  # noqa: E402
 from mosaic.train.data import TokenStream, write_token_file  # noqa: E402
@@ -751,3 +751,25 @@ def test_an_unknown_device_name_is_refused_when_the_job_is_read():
         train_config_from_mapping(tiny_job(run={"device_name": "H900"}), "job.yaml")
     config = train_config_from_mapping(tiny_job(run={"device_name": "H100-SXM-80GB"}), "job")
     assert config.run.device_name == "H100-SXM-80GB"
+
+
+def test_another_job_is_refused_a_folder_holding_a_partial_run_without_checkpoint(tmp_path):
+    """A run stopped before its first checkpoint leaves run.json and metrics.jsonl; a
+    different job given that --out overwrote its run.json and filed its metrics as this
+    job's 'earlier start' (a trial). It is refused, naming what differs, as a foreign
+    checkpoint is; the same job (a resumable setting changed) still starts again there."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 2}), "job")
+    train(config, tmp_path, stop_after_steps=1)
+    (tmp_path / "checkpoint.pt").unlink()
+    info = (tmp_path / "run.json").read_text()
+    other = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32, "seed": 5}), "job")
+    with pytest.raises(MosaicInputError, match=r"belongs to a different job \(run.seed "
+                                               r"differs\)"):
+        train(other, tmp_path)
+    assert (tmp_path / "run.json").read_text() == info
+    assert not (tmp_path / "metrics.before-restart.jsonl").exists()
+    same = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                   "checkpoint_every": 3}), "job")
+    with pytest.warns(MosaicWarning, match="starts from step 0"):
+        assert train(same, tmp_path, stop_after_steps=1).steps == 1

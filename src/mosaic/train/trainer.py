@@ -159,6 +159,22 @@ def _comparable(fingerprint: str) -> dict[str, Any]:
     return payload
 
 
+def _run_info_fingerprint(path: Path) -> str | None:
+    """The fingerprint of the job a ``run.json`` records (its config less the resumable
+    fields, as :func:`_fingerprint`); None when there is none to read. A run stopped before
+    its first checkpoint leaves only run.json and metrics: another job started in that
+    folder overwrote them without a word (a trial), its metrics kept as an 'earlier start'."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    config = info.get("config") if isinstance(info, dict) else None
+    if not isinstance(config, dict) or not isinstance(config.get("run"), dict):
+        return None
+    run = {k: v for k, v in config["run"].items() if k not in _RESUMABLE_FIELDS}
+    return json.dumps({**config, "run": run}, sort_keys=True)
+
+
 def _same_job(saved: str, config: TrainConfig) -> bool:
     """Whether a saved fingerprint is ``config``'s job (:func:`_comparable`)."""
     return _comparable(saved) == _comparable(_fingerprint(config))
@@ -589,6 +605,10 @@ class Trainer:
                           f"({RESULT_FILE}); nothing to train (remove the folder to train "
                           "again)", file=sys.stderr, flush=True)
                 return done
+        if not resumed:  # no checkpoint: a partial run.json must be this job's own start
+            saved = _run_info_fingerprint(self.out_dir / RUN_INFO_FILE)
+            if saved is not None and not _same_job(saved, self.config):
+                raise different_job_error(self.out_dir, saved, self.config)
         if resumed and log is not None and self.context.is_main:  # said, not just continued
             print(f"progress: resuming from the checkpoint at step {self.step} of "
                   f"{self.total_steps} in {self.out_dir}", file=sys.stderr, flush=True)
