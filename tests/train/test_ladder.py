@@ -751,3 +751,24 @@ def test_a_ladder_whose_every_rung_failed_does_not_say_the_others_trained(tmp_pa
     assert result.exit_code == 2
     assert "2 of 2 rungs failed (none trained;" in result.output
     assert "the others trained" not in result.output
+
+
+def test_a_grid_given_to_train_and_a_job_given_to_ladder_are_named_as_such(tmp_path):
+    """Both files hold a `ladder:` block, so the mix-up is easy; `train` on the tiny grid
+    listed nine unknown fields and invalid integers, `ladder run` on a job eight, naming
+    neither tool."""
+    from .conftest import tiny_job
+
+    runner = CliRunner()
+    grid = REPO / "examples" / "ladder_tiny.yaml"
+    train = runner.invoke(_app(), ["train", str(grid), "--out", str(tmp_path / "a")])
+    assert train.exit_code == 2
+    assert train.output.startswith(f"error: {grid}: a ladder grid (blocks recipe and ladder: "
+                                   "`mosaic ladder run`), not a `mosaic train` job")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job()))
+    ladder = runner.invoke(_app(), ["ladder", "run", str(job), "--out", str(tmp_path / "b"),
+                                    "--list"])
+    assert ladder.exit_code == 2
+    assert ladder.output.startswith(f"error: {job}: a `mosaic train` job")
+    assert "not a ladder grid" in ladder.output and "unknown field" not in ladder.output

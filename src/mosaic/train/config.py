@@ -339,6 +339,12 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
             f"{where}: a job file for the performance model (blocks {sorted(planning)}: "
             "mosaic perf, layouts, export), not a `mosaic train` job, which holds data, run "
             "and a model or ladder block (docs/train.md)")
+    if isinstance(data, dict) and "recipe" in data and "run" not in data:
+        # a grid also has a `ladder:` block: its nine unknown fields named neither tool
+        raise MosaicInputError(
+            f"{where}: a ladder grid (blocks recipe and ladder: `mosaic ladder run`), not a "
+            "`mosaic train` job, which holds data, run and a model or ladder block "
+            "(docs/train.md)")
     config = validate_mapping(TrainConfig, data, where)
     config.geometry(where)  # surface geometry errors now, not mid-run
     if config.run.device_name is not None:  # now, not as every ladder rung's failure

@@ -123,6 +123,11 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     """Rungs of a grid file; ``scale`` multiplies the head width and every token budget."""
     path = Path(path)
     document = load_yaml_mapping(path)
+    if "run" in document and "recipe" not in document:  # a job: eight unknown fields before
+        raise MosaicInputError(
+            f"{path}: a `mosaic train` job (blocks data, run and a model or one ladder "
+            "rung), not a ladder grid, which holds a recipe (the job's blocks but the model) "
+            "and a ladder block of lists (docs/train.md, \"The ladder\")")
     grid = validate_mapping(GridFile, document, str(path))
     if not 0 < scale <= 1:
         raise MosaicInputError(f"--scale must satisfy 0 < scale <= 1, got {scale}")
