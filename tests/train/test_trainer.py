@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     assert not stopped.complete and stopped.steps == 3
     # steps count from 0: after 3 the last one run is step 2 (a trial read 'at step 3')
     assert stopped.state == "stopped after 3 steps (the last one run: step 2)"
+    # one step is one step (a trial: 'stopped after 1 steps')
+    assert replace(stopped, steps=1).state == "stopped after 1 step (the last one run: step 0)"
     assert whole.state == "finished" and whole.peak_memory_gib is None  # CPU: no allocator
     assert not (tmp_path / "split" / "result.json").exists()
     capsys.readouterr()

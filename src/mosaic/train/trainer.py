@@ -80,7 +80,7 @@ from mosaic.train.result_files import (
 from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, default_peak_lr
-from mosaic.units import GIB, MIB
+from mosaic.units import GIB, MIB, counted
 
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
@@ -130,7 +130,8 @@ class TrainResult:
             return "finished"
         if self.steps == 0:
             return "stopped before its first step"
-        return f"stopped after {self.steps} steps (the last one run: step {self.steps - 1})"
+        return (f"stopped after {counted(self.steps, 'step')} "
+                f"(the last one run: step {self.steps - 1})")
 
 
 def _seed_of(*parts: int) -> int:
