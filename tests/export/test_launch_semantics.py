@@ -139,6 +139,39 @@ def test_maxtext_files_pass_its_moe_checks():
     assert "MaxText runs 2 equal stages of its 58 pipelined layers" in notes
 
 
+def _maxtext_repeats(document: dict) -> int:
+    """MaxText's num_pipeline_repeats for a file leaving it at -1 (types.py l. 3565-3603
+    @ e591f30): pipeline_parallel_layers (default: the deepseek decoder's MoE layers) over
+    stages x num_layers_per_pipeline_stage, which must divide it."""
+    stages = document["ici_pipeline_parallelism"] * document["dcn_pipeline_parallelism"]
+    piped = document.get("pipeline_parallel_layers",
+                         document["base_num_decoder_layers"] - document["first_num_dense_layers"])
+    repeats, remainder = divmod(piped, stages * document["num_layers_per_pipeline_stage"])
+    assert remainder == 0
+    return repeats
+
+
+def test_maxtext_says_when_its_virtual_stages_per_rank_differ_from_the_costed_vpp():
+    """MaxText's circular pipeline runs num_pipeline_repeats virtual stages per rank
+    (layers/pipeline.py; base.yml's bubble (stages - 1) / (repeats · microbatches + stages -
+    1)). DeepSeek-V3's 58 MoE layers on pp 8 x vpp 4 are written as 56 stages of 1 layer:
+    56 / (8 x 1) = 7 repeats, not the 4 costed, which the note says in numbers; on vpp 2,
+    16 stages of 3 layers keep 2 repeats, as costed."""
+    four = export(_spec("deepseek_v3_h100.yaml"), "maxtext")
+    document = yaml.safe_load(four.text)
+    assert _maxtext_repeats(document) == 7
+    note = next(n for n in four.unsupported if n.startswith("uneven pipeline stages"))
+    assert "56 stages of 1 layer written: 7 virtual stages per rank" in note
+    assert "not the costed vpp 4" in note and "1 layers" not in note
+    # the vpp-keeping split: 8 x 4 x 1 = 32 pipelined, 58 - 32 = 26 outside
+    assert "num_pipeline_repeats 4 would pipeline 32 and leave 26 outside" in note
+    two = export(_spec("deepseek_v3_h100.yaml", ["parallelism.vpp=2"]), "maxtext")
+    assert _maxtext_repeats(yaml.safe_load(two.text)) == 2
+    note = next(n for n in two.unsupported if n.startswith("uneven pipeline stages"))
+    assert "16 stages of 3 layers written (pp 8 x vpp 2, as costed)" in note
+    assert "virtual stages per rank" not in note
+
+
 def test_bridge_overrides_set_rope_and_name_the_activation_the_recipe_must_give():
     """GPTModelProvider defaults to position_embedding_type 'learned_absolute' and keeps
     TransformerConfig's gelu (Megatron-Bridge gpt_provider.py): the file writes RoPE and

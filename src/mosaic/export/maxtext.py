@@ -406,19 +406,42 @@ def pipelined_in_stages(spec: ExportSpec, piped: int) -> int:
     return piped // stage_layers * stage_layers
 
 
+def pipeline_repeats(spec: ExportSpec, piped: int) -> int:
+    """MaxText's ``num_pipeline_repeats`` for the written split: the virtual stages each
+    pipeline rank runs (its circular pipeline, layers/pipeline.py), derived as
+    pipeline_parallel_layers / (stages x num_layers_per_pipeline_stage) (src/maxtext/configs/
+    types.py l. 3575-3585 @ e591f30)."""
+    return pipelined_in_stages(spec, piped) // (spec.pp * layers_per_stage(spec, piped))
+
+
 def stage_notes(spec: ExportSpec, block: str, piped: int) -> list[str]:
-    """What MaxText's equal pipeline stages of ``piped`` layers do to the costed split."""
+    """What MaxText's equal pipeline stages of ``piped`` layers do to the costed split,
+    naming the virtual stages per rank MaxText runs where they differ from the costed vpp."""
     stages = spec.pp * spec.vpp
     which = " (the deepseek decoder pipelines its MoE layers only)" if block == "deepseek" \
         else ""
     if piped % stages:
         inside = pipelined_in_stages(spec, piped)
+        per_stage, repeats = layers_per_stage(spec, piped), pipeline_repeats(spec, piped)
+        layers = f"{per_stage} layer{'s' if per_stage != 1 else ''}"
+        if repeats == spec.vpp:
+            written = f"{inside // per_stage} stages of {layers} written (pp {spec.pp} x vpp " \
+                      f"{spec.vpp}, as costed)"
+        else:
+            written = (f"{inside // per_stage} stages of {layers} written: {repeats} virtual "
+                       f"stages per rank (MaxText's num_pipeline_repeats, pipeline_parallel_"
+                       f"layers / (pp {spec.pp} x {per_stage})), not the costed vpp "
+                       f"{spec.vpp}, so the pipeline schedule (bubble, stage transfers) "
+                       "differs from the prediction")
+            if stages <= piped:  # num_pipeline_repeats = vpp pipelines fewer layers
+                kept = piped // stages * stages
+                written += (f" (num_pipeline_repeats {spec.vpp} would pipeline {kept} and "
+                            f"leave {piped - kept} outside)")
         outside = (f"; pipeline_parallel_layers {inside}: the other {piped - inside} run "
                    "outside the pipeline, its stage axis acting as data parallelism"
                    if inside < piped else "")
         return [f"uneven pipeline stages ({piped} pipelined layers{which} on pp·vpp = "
-                f"{stages}): MaxText needs equal stages; {inside // layers_per_stage(spec, piped)}"
-                f" stages of {layers_per_stage(spec, piped)} layers written{outside}; choose "
+                f"{stages}): MaxText needs equal stages; {written}{outside}; choose "
                 "pp and vpp dividing them for the split mosaic costed"]
     if spec.uneven_stages:
         return [f"the uneven split mosaic costed: MaxText runs {stages} equal stages of its "
