@@ -233,6 +233,37 @@ def test_torchtitan_writes_full_recompute_of_every_nth_block_as_layer_sac():
                for line in two_thirds.unsupported)
 
 
+def test_torchtitan_layer_sac_note_counts_each_rank_of_the_split_it_writes():
+    """torchtitan v0.2.2 splits the blocks with generate_llm_fqn_per_model_part
+    ((layers + weights) // stages a part, the first remainder parts one more; its docstring's
+    example: 3 layers in 2 stages, each end weighing 2, is [2, 1] blocks), puts stages r and
+    r + pp on rank r, and _apply_layer_sac's counter is module-wide, so a rank checkpoints
+    floor(its blocks / n) over all its stages. 30 blocks on pp 4 x vpp 2
+    (pipeline_parallel_layers_per_stage 4: ceil(30 / 4) = 8 stages of 4,4,4,4,4,4,3,3) give
+    ranks 8, 8, 7, 7 blocks: a half is 4, 4, 3, 3, not the "7" of 30 // 4 no rank has."""
+    import tomllib
+
+    from mosaic.export.torchtitan import stage_blocks
+
+    assert stage_blocks(3, 2, 2, 2) == [2, 1]
+    spec = _spec(APPENDIX_E, "model.layers=30", "parallelism.pp=4", "parallelism.vpp=2",
+                 "performance.uneven_stages=true", "performance.checkpointing=full",
+                 "performance.recompute_block_fraction=0.5")
+    result = export(spec, "torchtitan")
+    parallelism = tomllib.loads(result.text)["parallelism"]
+    assert parallelism["pipeline_parallel_layers_per_stage"] == 4
+    note = next(line for line in result.unsupported
+                if line.startswith("recompute_block_fraction"))
+    assert "ranks 0-1: 4 of 8; ranks 2-3: 3 of 7 (not 3.5)" in note
+    assert "rank's 7" not in note
+    # 24 blocks on pp 4 x vpp 2: 3 a stage, 6 a rank; the counter runs over both stages, so
+    # every 2nd block is 3 of 6, exactly a half (per stage it would be 1 of 3 twice)
+    even = export(_spec(APPENDIX_E, "model.layers=24", "parallelism.pp=4",
+                        "parallelism.vpp=2", "performance.checkpointing=full",
+                        "performance.recompute_block_fraction=0.5"), "torchtitan")
+    assert not any(line.startswith("recompute_block_fraction") for line in even.unsupported)
+
+
 def test_data_parallel_overlap_is_written_for_megatron_and_nemo():
     overlapped = parse_megatron(export(_spec(APPENDIX_E), "megatron").text)
     assert overlapped.overlap_grad_reduce and overlapped.overlap_param_gather

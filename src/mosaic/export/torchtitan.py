@@ -234,7 +234,8 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
             "mixed_precision_param": "float32" if spec.precision == "fp32" else "bfloat16",
         } | ({} if spec.train_steps is None else {"steps": spec.train_steps}),
         "parallelism": parallelism,
-        "activation_checkpoint": activation_checkpoint_table(spec, written, unsupported),
+        "activation_checkpoint": activation_checkpoint_table(spec, parallelism, written,
+                                                             unsupported),
     } | quantize
     tables["compile"] = compile_table(spec)
     written.add("torch_compile")
@@ -244,28 +245,107 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     return tables, unsupported
 
 
-def activation_checkpoint_table(spec: ExportSpec, written: set[str],
-                                unsupported: list[str]) -> dict[str, Any]:
+def stage_blocks(layers: int, stages: int, input_weight: int, output_weight: int
+                 ) -> list[int] | None:
+    """Transformer blocks in each of ``stages`` parts as torchtitan v0.2.2's
+    ``generate_llm_fqn_per_model_part`` splits them (distributed/pipeline_parallel.py):
+    (layers + weights) // stages effective layers a part, the first remainder parts one
+    more, the embedding and the output taking ``input_weight`` / ``output_weight`` of the
+    first and last. None where it refuses the split (an empty stage, or an end weight above
+    a stage's layers)."""
+    effective = layers + input_weight + output_weight
+    if stages == 1:
+        return [layers]
+    base, extra = divmod(effective, stages)
+    if base == 0 or max(input_weight, output_weight) > base:  # its ValueErrors
+        return None
+    counts, left = [], layers
+    for stage in range(stages):
+        share = base + (stage < extra) - (input_weight if stage == 0 else 0) - (
+            output_weight if stage == stages - 1 else 0)
+        counts.append(min(max(share, 0), left))
+        left -= counts[-1]
+    return counts
+
+
+def rank_blocks(spec: ExportSpec, parallelism: dict[str, Any]) -> list[int] | None:
+    """Transformer blocks each pipeline rank holds under the file's ``[parallelism]``: its
+    ``module_fqns_per_model_part``, else torchtitan's own split (:func:`stage_blocks`) into
+    ceil((layers + first + last) / pipeline_parallel_layers_per_stage) stages, or pp
+    stages for 1F1B and 2·pp for an interleaved schedule without it (pipeline_llm @ v0.2.2);
+    a looped schedule puts stages r, r + pp, ... on rank r (pipeline_module_split
+    ``_get_stage_indices``). None where torchtitan would refuse the split."""
+    layers, pp = spec.geometry.layers, spec.pp
+    if pp == 1:
+        return [layers]
+    parts = parallelism.get("module_fqns_per_model_part")
+    if parts is not None:
+        counts: list[int] | None = [sum(name.startswith("layers.") for name in part)
+                                    for part in parts]
+    else:
+        first = parallelism["pipeline_parallel_first_stage_less_layers"]
+        last = parallelism["pipeline_parallel_last_stage_less_layers"]
+        per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+        if per_stage is not None:
+            stages = math.ceil((layers + first + last) / per_stage)
+        else:
+            stages = pp * (1 if parallelism["pipeline_parallel_schedule"] == "1F1B" else 2)
+        counts = stage_blocks(layers, stages, first, last)
+    if counts is None or len(counts) % pp:
+        return None
+    return [sum(counts[rank::pp]) for rank in range(pp)]
+
+
+def activation_checkpoint_table(spec: ExportSpec, parallelism: dict[str, Any],
+                                written: set[str], unsupported: list[str]) -> dict[str, Any]:
     """``[activation_checkpoint]``: the job's mode ('op' selective: torch's per-op SAC), and
     full recompute of a share 1/n of the blocks as torchtitan's layer SAC, which wraps every
     n-th block of a rank in a whole-block checkpoint (``selective_ac_option = "n"``,
-    torchtitan/distributed/activation_checkpoint.py ``_apply_layer_sac`` @ v0.2.2: a block
-    counter per process, ``count % n == 0``); a share that is no 1/n is left to the
-    NOT EXPRESSED line (a trial: 0.5 was written as every block)."""
+    torchtitan/distributed/activation_checkpoint.py ``_apply_layer_sac`` @ v0.2.2: a
+    module-level block counter, ``count % n == 0``, which ``apply_ac`` advances over every
+    model part of the process, so a rank checkpoints floor(its blocks / n) over all its
+    virtual stages, counted on the split the file writes, :func:`rank_blocks`); a share that
+    is no 1/n is left to the NOT EXPRESSED line (a trial: 0.5 was written as every block)."""
     fraction = spec.recompute_block_fraction
     if spec.checkpointing == "full" and fraction is not None and 0 < fraction < 1:
         every = round(1 / fraction)
         if every >= 2 and abs(1 / fraction - every) < 1e-6:
             written.add("recompute_block_fraction")
-            rank_blocks = spec.geometry.layers // spec.pp
-            if rank_blocks % every:
-                unsupported.append(
-                    f"recompute_block_fraction {fraction:g}: torchtitan checkpoints one block in "
-                    f"every {every}, {rank_blocks // every} of a rank's {rank_blocks}, "
-                    f"not {fraction * rank_blocks:g} (counted on an even pipeline split)")
+            note = layer_sac_note(spec, parallelism, fraction, every)
+            if note:
+                unsupported.append(note)
             return {"mode": "selective", "selective_ac_option": str(every)}
     return {"mode": spec.checkpointing} | (
         {"selective_ac_option": "op"} if spec.checkpointing == "selective" else {})
+
+
+def layer_sac_note(spec: ExportSpec, parallelism: dict[str, Any], fraction: float,
+                   every: int) -> str | None:
+    """What layer SAC every ``every``-th block checkpoints on each rank where that is not
+    ``fraction`` of its blocks, the ranks named where their block counts differ."""
+    counts = rank_blocks(spec, parallelism)
+    split = ""
+    if counts is None:  # torchtitan refuses the split (said elsewhere): an even one
+        counts, split = [spec.geometry.layers // spec.pp] * spec.pp, \
+            " (counted on an even pipeline split)"
+    if not any(blocks % every for blocks in counts):
+        return None
+    head = (f"recompute_block_fraction {fraction:g}: torchtitan checkpoints one block in "
+            f"every {every}")
+    if len(set(counts)) == 1:
+        blocks = counts[0]
+        return (f"{head}, {blocks // every} of a rank's {blocks}, not "
+                f"{fraction * blocks:g}{split}")
+    groups, start = [], 0
+    for rank in range(1, len(counts) + 1):
+        if rank == len(counts) or counts[rank] != counts[start]:
+            ranks = f"rank {start}" if rank - start == 1 else f"ranks {start}-{rank - 1}"
+            blocks = counts[start]
+            exact = "" if blocks % every == 0 else f" (not {fraction * blocks:.3g})"
+            groups.append(f"{ranks}: {blocks // every} of {blocks}{exact}")
+            start = rank
+    return (f"{head} of a rank's blocks, its counter running over all the rank's virtual "
+            f"stages; the file's pipeline split gives " + "; ".join(groups))
 
 
 def compiles_model(spec: ExportSpec) -> bool:
