@@ -649,3 +649,28 @@ def test_a_plan_on_repeated_data_shows_the_tokens_its_loss_counted(plans, tmp_pa
     assert "effective tokens D' the law sees (repeated data)" in table
     plain = invoke_json("compare", str(plans[0]), str(plans[1]))
     assert "effective_tokens" not in {row["quantity"] for row in plain["summary"]}
+
+
+def test_a_goodput_difference_shows_what_each_side_ran_with(tmp_path):
+    """A job stating training.goodput 0.8 against one that does not, under --goodput 0.5:
+    B trains at 0.5 (Eq. 25's goodput, as its tokens show), so the row is 0.8 against
+    0.5 from --goodput, not "-" (a review); without the option B runs at the default 1;
+    with --goodput 0.8 both run at 0.8, no difference."""
+    document = yaml.safe_load(JOB.read_text())
+    document["training"] = {"goodput": 0.8}
+    stated = tmp_path / "stated.yaml"
+    stated.write_text(yaml.safe_dump(document))
+    doc = invoke_json("compare", str(stated), str(JOB), "--goodput", "0.5")
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert (summary["goodput"]["a"], summary["goodput"]["b"]) == (0.8, 0.5)
+    row = next(d for d in doc["input_differences"] if d["field"] == "training.goodput")
+    assert (row["a"], row["b"], row["a_stated"], row["b_stated"]) == (0.8, 0.5, True, False)
+    assert row["b_from"] == "--goodput" and "a_from" not in row
+    result = runner.invoke(app, ["compare", str(stated), str(JOB), "--goodput", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "0.5 (--goodput)" in result.output
+    default = invoke_json("compare", str(JOB), str(stated))
+    row = next(d for d in default["input_differences"] if d["field"] == "training.goodput")
+    assert (row["a"], row["b"], row["a_from"]) == (1.0, 0.8, "--goodput default")
+    same = invoke_json("compare", str(stated), str(JOB), "--goodput", "0.8")
+    assert not any(d["field"] == "training.goodput" for d in same["input_differences"])

@@ -81,9 +81,12 @@ def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float | Non
 
 
 def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float,
-             price: float | None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+             price: float | None, model: dict[str, Any] | None = None,
+             goodput_from: str = "--goodput") -> dict[str, Any]:
     """Predict one job (its model replaced by ``model`` when given) and put its figures on
-    the common footing."""
+    the common footing. ``goodput_from`` names where ``goodput`` came from (the option, or
+    its default), shown beside a job that does not state training.goodput where the other
+    does."""
     from mosaic.arch import count_parameters
     from mosaic.config.job_schema import resolved_job_document
     from mosaic.evaluate.job import load_job_spec, predict_job
@@ -135,7 +138,13 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "breakdown_s": doc["breakdown_s"],
         "memory_breakdown_bytes": doc["memory_breakdown_bytes"],
         "inputs": _job_inputs(path, spec, model),
-        "resolved_inputs": flatten(resolved_job_document(spec)),
+        # what the job runs with where its file is silent: the command line's goodput for a
+        # job without training.goodput (a review saw "training.goodput | 0.8 | -" under
+        # --goodput 0.5), named by where it came from
+        "resolved_inputs": flatten(resolved_job_document(spec))
+        | ({} if spec.train_goodput is not None else {"training.goodput": goodput}),
+        "resolved_from": {} if spec.train_goodput is not None
+        else {"training.goodput": goodput_from},
     }
 
 
@@ -529,7 +538,8 @@ def compare(
         law = load_law_file(law_file)
         calib = load_calibration(calibration)
         block = model_block(model)  # one model for both jobs
-        sides = [job_side(p, calib, law, days, goodput, price, block)
+        goodput_from = "--goodput" if goodput_given is not None else "--goodput default"
+        sides = [job_side(p, calib, law, days, goodput, price, block, goodput_from)
                  for p, price in zip((a, b), prices, strict=True)]
         if all(side["tokens_stated"] for side in sides):  # no window was used
             assumed = [text for text in assumed if "(--days)" not in text]

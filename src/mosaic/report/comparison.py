@@ -26,11 +26,15 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 # --- Both sides --------------------------------------------------------------------------------
 def input_differences(a: dict[str, Any], b: dict[str, Any],
                       a_resolved: dict[str, Any] | None = None,
-                      b_resolved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                      b_resolved: dict[str, Any] | None = None,
+                      a_from: dict[str, str] | None = None,
+                      b_from: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every input field whose value differs. A field one side does not state takes that
     side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
     so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
-    says which side's value is resolved (``a_stated``/``b_stated`` false)."""
+    says which side's value is resolved (``a_stated``/``b_stated`` false) and, where the
+    command line gave it (``*_from``: field -> option, e.g. training.goodput -> --goodput),
+    where from (``a_from``/``b_from``)."""
     rows = []
     for key in dict.fromkeys([*a, *b]):
         value_a = a[key] if key in a else (a_resolved or {}).get(key)
@@ -40,6 +44,9 @@ def input_differences(a: dict[str, Any], b: dict[str, Any],
         row = {"field": key, "a": value_a, "b": value_b}
         if key not in a or key not in b:
             row |= {"a_stated": key in a, "b_stated": key in b}
+            for side, stated, origins in (("a", a, a_from), ("b", b, b_from)):
+                if key not in stated and key in (origins or {}):
+                    row[f"{side}_from"] = (origins or {})[key]
         rows.append(row)
     return rows
 
@@ -101,19 +108,25 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     return _compared(a, b, currency, assumed, summary, steps, memory)
 
 
+# a side's inputs, shown in the comparison's input_differences rather than under the side
+SIDE_INPUTS = ("inputs", "resolved_inputs", "resolved_from")
+
+
 def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequence[str],
               summary: list[dict[str, Any]], steps: list[dict[str, Any]],
               memory: list[dict[str, Any]]) -> dict[str, Any]:
     """The comparison document; empty breakdowns where a side has none (a plan's ranked
     candidate), which the rendering says."""
     return {
-        "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
-        "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
+        "a": {k: v for k, v in a.items() if k not in SIDE_INPUTS},
+        "b": {k: v for k, v in b.items() if k not in SIDE_INPUTS},
         "currency": currency,
         "assumed": list(assumed),
         "input_differences": input_differences(a["inputs"], b["inputs"],
                                                a.get("resolved_inputs"),
-                                               b.get("resolved_inputs")),
+                                               b.get("resolved_inputs"),
+                                               a.get("resolved_from"),
+                                               b.get("resolved_from")),
         "summary": summary,
         "breakdown_s": steps,
         "memory_breakdown_bytes": memory,
@@ -140,13 +153,16 @@ def cell_text(value: Any, unit: str, currency: str) -> str:
 
 
 def input_text(difference: dict[str, Any], side: str) -> str:
-    """One side's value of an input difference; '(resolved)' where the file leaves it out."""
+    """One side's value of an input difference; where the file leaves it out, '(resolved)',
+    or the command-line option it came from ('0.5 (--goodput)')."""
     value = difference[side]
     if value is None and not difference.get(f"{side}_stated", True):
         return "-"  # not in that job at all (e.g. a block the other model has)
     text = (_distinct_number(value, difference["b" if side == "a" else "a"])
             if isinstance(value, float) else json.dumps(value))
-    return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
+    if difference.get(f"{side}_stated", True):
+        return text
+    return f"{text} ({difference.get(f'{side}_from') or 'resolved'})"
 
 
 def _distinct_number(value: float, other: Any) -> str:
