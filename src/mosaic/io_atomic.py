@@ -49,17 +49,20 @@ def check_output_file(path: str | Path, option: str,
 
 
 def _refuse_unexpanded_home(path: Path, option: str) -> None:
-    """A path that starts with '~' where no such directory exists here: the shell expands
-    '~' only unquoted at the start of a word (not in `--plot=~/figs`), and the rest of mosaic
-    does not, so the output would go to a directory named '~' under this one (a trial's
-    `--plot '~/figs'` made one: a `rm -rf ~` away from the user's home)."""
+    """A path that starts with a home ('~' or '~login' of an existing login) where no such
+    directory exists here: the shell expands it only unquoted at the start of a word (not in
+    `--plot=~/figs`), and the rest of mosaic does not, so the output would go to a directory
+    named '~' under this one (a trial's `--plot '~/figs'` made one: a `rm -rf ~` away from
+    the user's home). A '~' word that names no home (``~draft.json``) is left as typed, as
+    the shell and os.path.expanduser leave it (POSIX 2.6.1, tilde expansion)."""
     head = path.parts[0] if path.parts else ""
-    if head.startswith("~") and not Path(head).exists():
-        home = Path(os.path.expanduser(head))
-        where = f" ({home / Path(*path.parts[1:])})" if str(home) != head else ""
+    if not head.startswith("~") or Path(head).exists():
+        return
+    home = Path(os.path.expanduser(head))
+    if str(home) != head:
         raise MosaicInputError(f"{option} {_short(path)}: '~' is not expanded here (the shell "
                                f"expands it only unquoted at the start of a word); give the "
-                               f"full path{where}")
+                               f"full path ({home / Path(*path.parts[1:])})")
 
 
 def _same_file(a: Path, b: Path) -> bool:

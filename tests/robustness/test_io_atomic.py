@@ -128,3 +128,15 @@ def test_an_unexpanded_home_is_refused_not_made_a_directory(tmp_path, monkeypatc
         check_output_file("~/x.json", "--out")
     (tmp_path / "~").mkdir()  # a directory of that name that is there is the user's own
     assert prepare_output_dir("~/figs", "--plot") == Path("~/figs")
+
+
+def test_a_tilde_that_names_no_home_is_an_ordinary_name(tmp_path, monkeypatch):
+    """A leading '~' that no shell would expand either (``~draft.json``, ``~nosuchuser/x``:
+    POSIX 2.6.1 expands ``~login`` only for a login name that exists, and
+    os.path.expanduser leaves such a word as it is) is the name the user typed, not an
+    unexpanded home: it is written, not refused with 'give the full path'."""
+    monkeypatch.chdir(tmp_path)
+    assert check_output_file("~draft.json", "--out") == Path("~draft.json")
+    assert prepare_output_dir("~no-such-user-here/figs", "--plot") == Path(
+        "~no-such-user-here/figs")
+    assert (tmp_path / "~no-such-user-here" / "figs").is_dir()
