@@ -365,6 +365,16 @@ def test_plan_with_a_searched_batch_equals_the_cli(studio):
     batches, rule = plan_batches({"plan.global_batch": "512:1500", "plan.batch_rule": "kaplan"})
     assert batches == (512, 1024) and rule is not None and rule.name == "kaplan"
     assert plan_batches({"plan.global_batch": "1024"}) == ((1024,), None)  # fixed: no rule
+    # the default rule, typed or left empty, with a fixed batch is `mosaic plan` without
+    # --batch-rule; another rule would not be read, and is refused as --batch-rule is
+    assert plan_batches({"plan.global_batch": "1024", "plan.batch_rule": ""}) == ((1024,), None)
+    from mosaic.studio.jobs import FormError
+
+    with pytest.raises(FormError) as refused:
+        plan_batches({"plan.global_batch": "1024", "plan.batch_rule": "kaplan"})
+    assert list(refused.value.errors) == ["plan.batch_rule"]
+    assert "with a fixed global_batch 1024 it is not read" in refused.value.errors[
+        "plan.batch_rule"]
 
 
 def test_second_plan_is_refused_and_cancel_stops_the_first(studio):
@@ -414,6 +424,9 @@ def test_plan_time_limit(studio):
     ("plan.global_batch", "3_2", "global_batch must be N, MIN:MAX or auto"),
     ("plan.global_batch", "4096:256", "MIN must not exceed MAX"),
     ("plan.batch_rule", "mccandlish", "allowed values are deepseek, kaplan or tokens:N"),
+    # a rule other than the default with a fixed batch bounds nothing (a fixed 1024 was
+    # planned under 'kaplan' without a word, as `mosaic plan --batch-rule` was)
+    ("plan.batch_rule", "tokens:4M", "bounds a searched batch"),
 ])
 def test_plan_form_errors(studio, field, value, words):
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})

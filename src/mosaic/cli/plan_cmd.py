@@ -53,6 +53,7 @@ from mosaic.plan.analysis import (
 )
 from mosaic.plan.batch import (
     DEFAULT_RULE,
+    check_rule_read,
     is_batch_search,
     parse_batch_rule,
     parse_global_batch,
@@ -393,10 +394,7 @@ def plan(
     batches = parse_global_batch(global_batch)
     rule = parse_batch_rule(DEFAULT_RULE if batch_rule is None else batch_rule)
     batch_search = is_batch_search(global_batch)
-    if batch_rule is not None and not batch_search:  # a trial: kaplan planned at 1024 unsaid
-        raise MosaicInputError(f"--batch-rule {batch_rule} bounds a searched batch; with a "
-                               f"fixed --global-batch {global_batch} it is not read: give "
-                               "--global-batch auto or MIN:MAX, or drop --batch-rule")
+    check_rule_read(batch_rule, global_batch)
     if target_loss is None and (cheapest_nodes or cheapest_days):
         raise MosaicInputError("--cheapest-nodes and --cheapest-days are the budgets of "
                                "--target-loss; give --target-loss with them")

@@ -119,6 +119,16 @@ def is_batch_search(text: str) -> bool:
     return text.strip() == "auto" or ":" in text
 
 
+def check_rule_read(rule: str | None, global_batch: str) -> None:
+    """Refuse a batch rule stated (``rule``; None where none was) with a fixed batch, which
+    it does not bound: the rule bounds only a searched batch (a trial: kaplan planned at
+    1024 without a word)."""
+    if rule is not None and not is_batch_search(global_batch):
+        raise MosaicInputError(f"--batch-rule {rule} bounds a searched batch; with a fixed "
+                               f"--global-batch {global_batch.strip()} it is not read: give "
+                               "--global-batch auto or MIN:MAX, or drop --batch-rule")
+
+
 def parse_global_batch(text: str) -> tuple[int, ...]:
     """'1024' (fixed), 'auto' (:data:`AUTO_BATCHES`) or 'MIN:MAX' (MIN, 2·MIN, ... ≤ MAX);
     the numbers by the rule of every typed integer (:func:`int_from_text`: '3_2' is not 32,

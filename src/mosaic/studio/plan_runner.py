@@ -21,6 +21,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.plan.batch import (
     DEFAULT_RULE,
     BatchRule,
+    check_rule_read,
     is_batch_search,
     parse_batch_rule,
     parse_global_batch,
@@ -141,9 +142,14 @@ def plan_batches(form: dict[str, str]) -> tuple[tuple[int, ...], BatchRule | Non
     field otherwise (a trial's 'auto' was 'must be an integer')."""
     form = {**DEFAULT_PLAN_FORM, **form}
     text = str(form["plan.global_batch"])
+    rule_text = str(form["plan.batch_rule"]).strip() or DEFAULT_RULE  # empty: the default
     try:
         batches = parse_global_batch(text)
-        rule = parse_batch_rule(str(form["plan.batch_rule"]).strip())  # checked as the CLI does
+        rule = parse_batch_rule(rule_text)  # checked as the CLI does
+        # the form always holds a rule (the default, which a fixed batch leaves unread, as
+        # `mosaic plan` without --batch-rule does); another one with a fixed batch would not
+        # be read, and is refused as --batch-rule is (a fixed 1024 planned under 'kaplan')
+        check_rule_read(None if rule.name == DEFAULT_RULE else rule_text, text)
     except MosaicInputError as exc:
         raise FormError({plan_field_of(str(exc), set(form)):
                          in_form_words(str(exc), set(form))}) from None

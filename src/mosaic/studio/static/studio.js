@@ -52,7 +52,7 @@
     ["plan.goodput", "goodput (empty: 1, or Young-Daly from the MTBF)", "number"],
     // `mosaic plan --global-batch`: N, or searched with the layout under the batch rule
     ["plan.global_batch", "global batch (seqs): N, MIN:MAX or auto (searched)", "text"],
-    ["plan.batch_rule", "batch rule of a searched batch (deepseek, kaplan, tokens:N)", "text"],
+    ["plan.batch_rule", "batch rule of a searched batch (deepseek, kaplan, tokens:N; empty: deepseek)", "text"],
     ["plan.seq_len", "sequence length", "number"],
     ["plan.grid", "grid (the paper's ladder, or variants of the model above)", "select:grids"],
     ["plan.layers", "depths L (empty: the model's)", "text"],
