@@ -1056,7 +1056,13 @@ def _qwen3_next_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     # the interval only builds layer_types when they are not given (Qwen3NextConfig), as the
     # released config's are: not warned of as unread (a trial)
     fields.ignored("full_attention_interval")
-    allowed = ("linear_attention", "full_attention")
+    return _checked_layer_types(fields, types, layers, ("linear_attention", "full_attention"))
+
+
+def _checked_layer_types(fields: ConfigFields, types: Any, layers: int,
+                         allowed: tuple[str, ...]) -> list[str]:
+    """A hybrid config's ``layer_types`` as stated: a list of ``layers`` entries, each one
+    of ``allowed``; a one-line error naming the file otherwise."""
     if (not isinstance(types, list) or len(types) != layers
             or any(t not in allowed for t in types)):
         raise MosaicInputError(f"{fields.where}: layer_types must list {layers} entries, each "
@@ -1182,12 +1188,7 @@ def _granite_layer_types(fields: ConfigFields, layers: int) -> list[str]:
         types = fields.config.get("layers_block_type")
     if types is None:
         return ["mamba"] * layers
-    allowed = ("mamba", "attention")
-    if (not isinstance(types, list) or len(types) != layers
-            or any(t not in allowed for t in types)):
-        raise MosaicInputError(f"{fields.where}: layer_types must list {layers} entries, each "
-                               f"{' or '.join(allowed)}")
-    return types
+    return _checked_layer_types(fields, types, layers, ("mamba", "attention"))
 
 
 def _granite_moe_hybrid(fields: ConfigFields) -> Geometry:
