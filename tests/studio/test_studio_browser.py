@@ -77,6 +77,27 @@ def text(driver: Any, element_id: str) -> str:
     return driver.execute_script(f"return document.getElementById('{element_id}').textContent")
 
 
+# one geometry of the ladder: the plans-table tests' plan, a second or so each
+ONE_GEOMETRY = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
+                "plan.split_factor": "1"}
+
+
+def next_plan_number(studio: Any) -> int:
+    """The id the studio gives the next plan it starts."""
+    _, status = studio.call("/api/plan/status")
+    return 1 + (status["current"]["id"] if status["current"] else 0)
+
+
+def plans_table_column(driver: Any, header: str) -> list[str]:
+    """The cells under ``header`` in the session's plans table, oldest plan first."""
+    return driver.execute_script(
+        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
+        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
+        ".map(function (th) { return th.textContent; }).indexOf(arguments[0]);"
+        "return Array.from(rows).map(function (tr) { return tr.cells[i].textContent; })",
+        header)
+
+
 def test_page_loads_with_a_prediction(page, studio, browser):
     _, body = studio.call("/api/perf", {"form": DEFAULT_FORM})
     expected = f"{body['prediction']['step_time_s']:.4f} s"
@@ -292,9 +313,7 @@ def test_a_refused_plan_request_clears_the_previous_plans_status(page, studio, b
     browser.wait_for(lambda: page.execute_script(
         "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
         what="the page's prediction")
-    one = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
-           "plan.split_factor": "1"}
-    for key, value in one.items():
+    for key, value in ONE_GEOMETRY.items():
         set_field(page, key, value)
     page.find_element(By.ID, "plan-run").click()
     browser.wait_for(lambda: "done (1/1 geometries" in text(page, "plan-state")
@@ -321,32 +340,23 @@ def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, 
     from selenium.webdriver.common.by import By
 
     page.get(studio.url + "/")
-    browser.wait_for(lambda: page.execute_script(
-        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-        what="the page's prediction")
-    one = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
-           "plan.split_factor": "1"}
+    wait_for_first_prediction(browser, page)
     headers = ("return Array.from(document.querySelectorAll('#plan-history-table th'))"
                ".map(function (th) { return th.textContent; })")
 
     def run(form: dict[str, str]) -> None:
-        _, status = studio.call("/api/plan/status")
-        number = 1 + (status["current"]["id"] if status["current"] else 0)
+        number = next_plan_number(studio)
         for key, value in form.items():
             set_field(page, key, value)
         page.find_element(By.ID, "plan-run").click()
         browser.wait_for(lambda: text(page, "plan-state").startswith(f"plan {number}: done"),
                          timeout_s=90, what=f"plan {number} to finish")
 
-    run(one)  # the paper's goodput 1 (as every plan before it): no goodput column
+    run(ONE_GEOMETRY)  # the paper's goodput 1 (as every plan before it): no goodput column
     assert "goodput" not in page.execute_script(headers)
-    run({**one, "plan.mtbf_gpu_hours": "50000", "plan.checkpoint_s": "120"})
+    run({**ONE_GEOMETRY, "plan.mtbf_gpu_hours": "50000", "plan.checkpoint_s": "120"})
     assert "goodput" in page.execute_script(headers)
-    cells = page.execute_script(
-        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
-        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
-        ".map(function (th) { return th.textContent; }).indexOf('goodput');"
-        "return Array.from(rows).map(function (tr) { return tr.cells[i].textContent; })")
+    cells = plans_table_column(page, "goodput")
     mtbf_s = 50_000 * 3600 / 32
     assert cells[-1] == f"{1 - (2 * 120 / mtbf_s) ** 0.5:.4f} (young-daly)", cells
     assert "1.0000 (constant)" in cells[:-1], cells
@@ -369,13 +379,9 @@ def test_the_plans_table_shows_a_searched_batch_as_the_cli_chose_it(page, studio
     from mosaic.plan.batch import AUTO_BATCHES
 
     page.get(studio.url + "/")
-    browser.wait_for(lambda: page.execute_script(
-        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-        what="the page's prediction")
-    _, status = studio.call("/api/plan/status")
-    number = 1 + (status["current"]["id"] if status["current"] else 0)
-    form = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
-            "plan.split_factor": "1", "plan.global_batch": "auto"}
+    wait_for_first_prediction(browser, page)
+    number = next_plan_number(studio)
+    form = {**ONE_GEOMETRY, "plan.global_batch": "auto"}
     for key, value in form.items():
         set_field(page, key, value)
     page.find_element(By.ID, "plan-run").click()
@@ -383,11 +389,7 @@ def test_the_plans_table_shows_a_searched_batch_as_the_cli_chose_it(page, studio
     browser.wait_for(lambda: text(page, "plan-state").startswith(
         f"plan {number}: done ({pairs}/{pairs} geometry-batch pairs"), timeout_s=120,
         what="the searched batch's plan")
-    cell = page.execute_script(
-        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
-        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
-        ".map(function (th) { return th.textContent; }).indexOf('B');"
-        "return rows[rows.length - 1].cells[i].textContent")
+    cell = plans_table_column(page, "B")[-1]
     result = CliRunner().invoke(cli, ["plan", "--q", "8", "--experts", "8", "--top-k", "1",
                                       "--split-factor", "1", "--nodes", "4", "--days", "10",
                                       "--workers", "1", "--global-batch", "auto", "--json"])
@@ -405,24 +407,16 @@ def test_a_budgets_window_is_listed_as_the_report_rounds_it(page, studio, browse
     from selenium.webdriver.common.by import By
 
     page.get(studio.url + "/")
-    browser.wait_for(lambda: page.execute_script(
-        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-        what="the page's prediction")
-    _, status = studio.call("/api/plan/status")
-    number = 1 + (status["current"]["id"] if status["current"] else 0)
-    form = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
-            "plan.split_factor": "1", "plan.days": "", "plan.price_per_gpu_hour": "3",
+    wait_for_first_prediction(browser, page)
+    number = next_plan_number(studio)
+    form = {**ONE_GEOMETRY, "plan.days": "", "plan.price_per_gpu_hour": "3",
             "plan.budget_usd": "25000"}
     for key, value in form.items():
         set_field(page, key, value)
     page.find_element(By.ID, "plan-run").click()
     browser.wait_for(lambda: text(page, "plan-state").startswith(f"plan {number}: done"),
                      timeout_s=90, what="the budget's plan")
-    days = page.execute_script(
-        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
-        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
-        ".map(function (th) { return th.textContent; }).indexOf('days');"
-        "return rows[rows.length - 1].cells[i].textContent")
+    days = plans_table_column(page, "days")[-1]
     assert days == f"{25_000 / (3 * 32) / 24:.3f}" == "10.851", days
     for key in ("plan.price_per_gpu_hour", "plan.budget_usd"):
         set_field(page, key, "")
