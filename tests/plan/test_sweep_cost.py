@@ -81,10 +81,12 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
 def test_a_target_loss_outside_the_loss_range_is_refused(one_node, law):
     # a cross-entropy above 50 nats (ln of any vocabulary is < 17) is no target: every
     # budget would "reach" 1e308, which was planned and echoed (fuzz trial)
-    with pytest.raises(MosaicInputError, match=r"target loss: got 1e\+308; allowed: .*0\.\.50"):
-        check_target_reachable(one_node, SPACE, law, 1e308, nodes=[1], days=[1])
-    with pytest.raises(MosaicInputError, match="target loss: got 51"):
-        check_target_reachable(one_node, SPACE, law, 51.0, nodes=[1], days=[1])
+    # and a loss must be above 0: the range said leaves the 0 out, one message for both ends
+    # and for NaN (limits.LIMITS['loss'], check_range(above_low=True))
+    for loss in (1e308, 51.0, 0.0, -1.0, np.nan):
+        with pytest.raises(MosaicInputError,
+                           match=r"^target loss: got .*; allowed: a number in \(0, 50\]"):
+            check_target_reachable(one_node, SPACE, law, loss, nodes=[1], days=[1])
 
 
 def test_peak_bound_is_a_floor_under_every_plan(one_node, law, calibration):

@@ -157,11 +157,10 @@ def check_target_reachable(
     """The budgets to search, refused before any layout search when none of them could
     reach ``target_loss`` even with every GEMM at the device's full peak
     (:mod:`mosaic.plan.peak_bound`): no layout search would find one that does."""
-    if not (math.isfinite(target_loss) and target_loss > 0):
-        raise MosaicInputError(f"target loss must be a positive number, got {target_loss!r}")
-    # above a language model's loss range every budget "reaches" it (a fuzz trial's 1e308
-    # was planned and echoed as the target)
-    check_range("target loss", target_loss, "loss")
+    # a positive loss within a language model's range: above it every budget "reaches" it
+    # (a fuzz trial's 1e308 was planned and echoed as the target); one check, whose range
+    # leaves the refused 0 out (it said '0..50' to a loss of 51, and 'must be positive' to 0)
+    check_range("target loss", target_loss, "loss", above_low=True)
     windows = [float(d) for d in days]
     node_counts = [int(n) for n in nodes]
     if not windows or not node_counts:
