@@ -1148,6 +1148,13 @@ def test_bailing_moe_v2_follows_its_modeling_code():
         geometry_from_hf_config(config)
     with pytest.raises(MosaicInputError, match="head_dim not given"):
         geometry_from_hf_config({k: v for k, v in config.items() if k != "head_dim"})
+    # defaults two published copies of the config class disagree on (Megatron-Bridge's
+    # reading of the checkpoints' code: qk norm, no bias, 1 shared, 1 dense, scale 1.0;
+    # inclusionAI/Ming's: none, bias, 0, 0, 2.5) are refused, not guessed
+    for name in ("use_qk_norm", "use_bias", "num_shared_experts", "first_k_dense_replace",
+                 "routed_scaling_factor"):
+        with pytest.raises(MosaicInputError, match=f"{name} not given: the published copies"):
+            geometry_from_hf_config({k: v for k, v in config.items() if k != name})
 
 
 # --- Granite 4.0 hybrid (granitemoehybrid) ---------------------------------------------------

@@ -1129,6 +1129,15 @@ def _qwen3_next(fields: ConfigFields) -> Geometry:
         raise MosaicInputError(f"{where}: {error}") from None
 
 
+# BailingMoeV2Config fields whose class default differs between its published copies: the
+# checkpoints' remote code as Megatron-Bridge models/bailing reads it (use_qk_norm true,
+# use_bias false, one shared expert, one dense block, routed_scaling_factor 1.0) and
+# inclusionAI/Ming's configuration_bailing_moe_v2.py (false, true, 0, 0, 2.5). Every released
+# Ling 2.0 config states them; one that does not is refused rather than read by a guess.
+LING_UNSETTLED_DEFAULTS = ("use_qk_norm", "use_bias", "num_shared_experts",
+                           "first_k_dense_replace", "routed_scaling_factor")
+
+
 def _bailing_moe_v2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     """``BailingMoeV2Config`` (Ling 2.0, Ring 2.0; the checkpoints' remote code
     modeling_bailing_moe_v2.py, as copied in Megatron-Bridge models/bailing and mapped by its
@@ -1141,6 +1150,11 @@ def _bailing_moe_v2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     ``BailingMoeV2MTPLayer`` after the decoder layers, each an MoE block with eh_proj (2d -> d),
     enorm, hnorm and final_layernorm: DeepSeek-V3's MTP module, counted apart."""
     where, layers = fields.where, common["layers"]
+    missing = [name for name in LING_UNSETTLED_DEFAULTS if name not in fields.config]
+    if missing:
+        raise MosaicInputError(
+            f"{where}: {', '.join(missing)} not given: the published copies of Ling 2.0's "
+            "config class disagree on the default; state it (the model's config.json has it)")
     dense_layers = fields.count("first_k_dense_replace", 1)
     if dense_layers >= layers:
         raise MosaicInputError(f"{where}: no MoE block left by first_k_dense_replace "
