@@ -112,6 +112,22 @@ def test_page_loads_with_a_prediction(page, studio, browser):
     browser.screenshot(page, "studio_job")
 
 
+def test_the_status_lines_beside_the_buttons_read_as_notes(page):
+    """The status lines beside the buttons (the layouts' and explain's summaries, the pinned
+    job, the plan's state) have the class note, which report.css styles only on paragraphs
+    (p.note: 13 px, muted): they showed in the body's 16 px ink, larger than every label
+    around them (the docs/img screenshots)."""
+    styles = page.execute_script(
+        "return Array.from(document.querySelectorAll('.note')).map(function (el) {"
+        "  var s = getComputedStyle(el); return [el.tagName, el.id, s.fontSize, s.color]; })")
+    paragraphs = {tuple(s[2:]) for s in styles if s[0] == "P"}
+    spans = [s for s in styles if s[0] == "SPAN"]
+    assert paragraphs == {("13px", "rgb(91, 100, 117)")}, styles  # report.css: --muted
+    assert [s[1] for s in spans] == ["layouts-summary", "explain-summary", "pin-note",
+                                     "plan-state"]
+    assert all(tuple(s[2:]) in paragraphs for s in spans), spans
+
+
 def test_micro_batch_changes_the_step_time(page, studio, browser):
     before = text(page, "m-step")
     set_field(page, "batch.micro_seqs", "1")
