@@ -4,6 +4,7 @@ a plan to its report. Screenshots go to $MOSAIC_TEST_ARTIFACTS (default <tmp>/..
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -126,6 +127,17 @@ def test_the_status_lines_beside_the_buttons_read_as_notes(page):
     assert [s[1] for s in spans] == ["layouts-summary", "explain-summary", "pin-note",
                                      "plan-state"]
     assert all(tuple(s[2:]) in paragraphs for s in spans), spans
+
+
+def test_the_section_links_are_evenly_spaced(page):
+    """A line break between two links of the section bar (index.html) put a space's width
+    more between Compare and Plan than between the others (the docs/img screenshots); the
+    report's bar joins its links with nothing between them (report/html/page.py)."""
+    boxes = page.execute_script(
+        "return Array.from(document.querySelectorAll('nav.toc a')).map(function (a) {"
+        "  var r = a.getBoundingClientRect(); return [r.left, r.right]; })")
+    gaps = [round(right[0] - left[1], 1) for left, right in itertools.pairwise(boxes)]
+    assert len(gaps) == 5 and len(set(gaps)) == 1, gaps
 
 
 def test_micro_batch_changes_the_step_time(page, studio, browser):
