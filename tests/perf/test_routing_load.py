@@ -27,6 +27,7 @@ from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
 from mosaic.stacks import get_stack
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXTRA_RUNS = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
 # No per-regime calibrated factor: only the modelled load acts.
 CALIBRATION = replace(default_calibration(), routing_imbalance={})
@@ -187,6 +188,34 @@ def test_routing_assumptions_name_the_defaults():
     assert len(routing_assumptions(_with_capacity(_moe(routing="token_drop"), 2.0))) == 1
     assert routing_assumptions(_moe(routing="balanced")) == []
     assert routing_assumptions(_moe(routing_imbalance=1.2)) == []
+
+
+def test_a_capacity_factor_the_routing_does_not_read_is_named():
+    """Only token_drop has a capacity (routed_load_factor): under every other regime a
+    stated capacity factor changes nothing, and the assumptions say so."""
+    from mosaic.perf.routing_load import routing_assumptions
+
+    plans = single_plan(dp=16, ep=8)
+    for routing in ("dropless", "balanced", "unknown"):
+        stated = _with_capacity(_moe(routing=routing), 0.5)
+        assert (routed_load_factor(stated, plans)[0]
+                == routed_load_factor(_moe(routing=routing), plans)[0])
+        (unread,) = [line for line in routing_assumptions(stated) if "capacity" in line]
+        assert unread.startswith(f"model.moe.capacity_factor 0.5 not read: routing is {routing}")
+        assert "performance.routing=token_drop" in unread
+    # token_drop reads it: 0.5 caps the busiest rank (min(0.5, imbalance)), no such line
+    drop = _with_capacity(_moe(routing="token_drop"), 0.5)
+    assert routed_load_factor(drop, plans)[0] == 0.5
+    assert not any("not read" in line for line in routing_assumptions(drop))
+
+
+def test_perf_names_a_capacity_factor_set_under_dropless_routing():
+    """`mosaic perf examples/appendix_e.yaml --set moe.capacity_factor=0.5` (dropless) gave
+    the same step with no word that the 0.5 was dropped."""
+    spec = load_job(EXAMPLES / "appendix_e.yaml", ["moe.capacity_factor=0.5"])
+    assert spec.workload.routing == "dropless"
+    assert any(line.startswith("model.moe.capacity_factor 0.5 not read: routing is dropless")
+               for line in spec.assumptions)
 
 
 def test_capacity_sweep_load_never_exceeds_the_per_expert_cap_by_hand():

@@ -172,11 +172,14 @@ def expert_counts_reach_host(workload: Workload) -> bool:
 
 
 def routing_assumptions(workload: Workload) -> list[str]:
-    """One line per routing default the expert-load model fills in for ``workload``."""
+    """One line per routing default the expert-load model fills in for ``workload``, and
+    one for a stated capacity factor its routing regime does not read."""
     moe = workload.geometry.moe
-    if moe is None or workload.routing in ("balanced", "unknown"):
+    if moe is None:
         return group_limit_assumptions(workload)
-    notes = []
+    notes = capacity_factor_unread(workload)
+    if workload.routing in ("balanced", "unknown"):
+        return notes + group_limit_assumptions(workload)
     if workload.routing == "token_drop" and moe.capacity_factor is None:
         notes.append(f"model.moe.capacity_factor not stated with token_drop routing: "
                      f"{DEFAULT_CAPACITY_FACTOR:g} assumed (the default of Megatron-Bridge "
@@ -199,6 +202,26 @@ def routing_assumptions(workload: Workload) -> list[str]:
                      "steps from scratch is far less balanced (Megatron-Core MoE README): "
                      "state routing_imbalance for such a run")
     return notes + group_limit_assumptions(workload)
+
+
+# What each regime other than token_drop costs in place of a capacity (module docstring).
+_UNCAPPED_LOAD = {
+    "dropless": "no token is dropped; the busiest EP rank carries the router's imbalance",
+    "balanced": "forced balance; every EP rank carries the even share",
+    "unknown": "the calibrated per-regime factor",
+}
+
+
+def capacity_factor_unread(workload: Workload) -> list[str]:
+    """The line saying that a stated ``model.moe.capacity_factor`` is not read: only
+    ``token_drop`` routing has a capacity (:func:`routed_load_factor`; the exports leave it
+    out too, mosaic.export.spec.JobSpec.routing_notes)."""
+    moe = workload.geometry.moe
+    if moe is None or moe.capacity_factor is None or workload.routing == "token_drop":
+        return []
+    return [f"model.moe.capacity_factor {moe.capacity_factor:g} not read: routing is "
+            f"{workload.routing} ({_UNCAPPED_LOAD[workload.routing]}); set "
+            "performance.routing=token_drop to cost dropping at that capacity"]
 
 
 def group_limit_assumptions(workload: Workload) -> list[str]:
