@@ -434,6 +434,27 @@ def test_plan_form_errors(studio, field, value, words):
     assert words in body["errors"][field]
 
 
+def test_a_searched_batch_counts_geometry_batch_pairs_against_the_limit(studio):
+    """`auto` profiles every geometry at each of its 11 candidate batches (plan/batch.py), 11
+    times a fixed batch's work; the limit counted geometries alone, so 11 x 2,000 pairs
+    were planned (or timed out) where 2,000 geometries were allowed."""
+    from mosaic.plan.batch import AUTO_BATCHES
+    from mosaic.studio.plan_runner import validate_plan_form
+
+    grid = {**TINY_PLAN, "plan.q": ",".join(str(q) for q in range(4, 54))}  # 50 x 2 x 2 x 2
+    _, space, _ = validate_plan_form({**grid, "plan.global_batch": "1024"})
+    n = len(space.enumerate())
+    assert n <= MAX_GEOMETRIES < n * len(AUTO_BATCHES)
+    status, body = studio.call("/api/plan", {"form": {**grid, "plan.global_batch": "auto"}})
+    assert status == 422 and list(body["errors"]) == ["plan.global_batch"], body
+    message = body["errors"]["plan.global_batch"]
+    assert (f"{n} geometries x {len(AUTO_BATCHES)} candidate batches = "
+            f"{n * len(AUTO_BATCHES)} geometry-batch pairs" in message)
+    assert str(MAX_GEOMETRIES) in message
+    # two candidates (1024:2048) stay inside it
+    validate_plan_form({**grid, "plan.global_batch": "1024:2048"})
+
+
 @pytest.mark.parametrize(("field", "value"), [("plan.checkpoint_s", "-60"),
                                              ("plan.checkpoint_s", "0"),
                                              ("plan.restart_s", "-1")])

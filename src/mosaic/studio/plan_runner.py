@@ -49,7 +49,9 @@ from mosaic.stacks import DEFAULT_STACK
 from mosaic.studio.jobs import GENERAL, FormError, named_fields
 
 DEFAULT_TIME_LIMIT_S = 300.0
-MAX_GEOMETRIES = 2000  # Table 3's grid has 1,092 (paper Sec. 7.3)
+# geometries, or geometry-batch pairs of a searched batch; Table 3's grid has 1,092 (paper
+# Sec. 7.3)
+MAX_GEOMETRIES = 2000
 MAX_DEVICES = 65536  # layout enumeration per geometry grows with the device count
 KEPT_REPORTS = 8
 
@@ -280,6 +282,13 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
         raise FormError({_longest_axis(form): f"the grid has {n} geometries; the studio plans "
                                               f"at most {MAX_GEOMETRIES} (use `mosaic plan` "
                                               "for more)"})
+    # a searched batch profiles every geometry at each candidate (plan.batch.search_batch),
+    # the work PlanJob.total counts: the limit holds for those pairs
+    if n * len(batches) > MAX_GEOMETRIES:
+        raise FormError({"plan.global_batch": (
+            f"{n} geometries x {len(batches)} candidate batches = {n * len(batches)} "
+            f"geometry-batch pairs; the studio plans at most {MAX_GEOMETRIES} (narrow the "
+            "batch range, e.g. MIN:MAX, or the grid, or use `mosaic plan`)")})
     return envelope, space, limits
 
 
