@@ -6,6 +6,7 @@ import difflib
 import json
 import math
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -323,11 +324,16 @@ def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_FILE_BY
             raise MosaicInputError(f"{path}: {what} not found{extra}")
         if path.is_dir():
             raise MosaicInputError(f"{path}: is a directory; expected a {what}")
-        size = path.stat().st_size
+        status = path.stat()
+        if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode):
+            # refused before reading, as the size limit is: /dev/zero read 256 MiB first
+            # (a pipe or FIFO, `<(cat job.yaml)`, is read, bounded below)
+            raise MosaicInputError(f"{path}: is a device, not a {what}")
+        size = status.st_size
         if size > max_bytes:
             raise MosaicInputError(f"{path}: {what} is {size:,} bytes; the limit is "
                                    f"{max_bytes:,}")
-        with path.open("rb") as handle:  # bounded: a device such as /dev/zero never ends
+        with path.open("rb") as handle:  # bounded: a stream may not end
             data = handle.read(max_bytes + 1)
         if len(data) > max_bytes:
             raise MosaicInputError(f"{path}: {what} is longer than the limit of "

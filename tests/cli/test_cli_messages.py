@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from mosaic import __version__
 from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -210,13 +211,48 @@ def test_json_nested_beyond_the_parser_is_one_line(tmp_path, command):
     assert "JSON nested too deeply to read" in result.output
 
 
-def test_an_endless_device_is_refused_at_the_size_limit():
-    """perf /dev/zero grew to 24 GB before the kernel killed it (a trial): reads stop at the
-    input size limit."""
+def test_an_endless_device_is_refused_before_it_is_read(monkeypatch):
+    """perf /dev/zero grew to 24 GB before the kernel killed it (a trial); then reads stopped
+    at the input size limit, after 256 MiB (validate /dev/zero: 22 s, 450 MB). A device is
+    refused on its file type, as a size is, before a byte is read."""
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero here")
-    result = runner.invoke(app, ["perf", "/dev/zero"])
-    assert result.exit_code == 2 and "longer than the limit" in result.output
+
+    opened = Path.open
+
+    def no_open(self, *args, **kwargs):
+        assert str(self) != "/dev/zero", "the device was opened"
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", no_open)
+    for command in ("perf", "validate"):
+        result = runner.invoke(app, [command, "/dev/zero"])
+        assert result.exit_code == 2, result.output
+        assert "error: /dev/zero: is a device, not a YAML file" in result.output
+
+
+def test_a_pipe_is_still_read_within_the_size_limit(tmp_path):
+    """A FIFO (`mosaic perf <(cat job.yaml)`) is not a device: it is read, bounded."""
+    import os
+    import threading
+
+    from mosaic.schema_validation import read_text
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("model: {layers: 2}\n"))
+    writer.start()
+    assert read_text(fifo, "YAML file") == "model: {layers: 2}\n"
+    writer.join(10)
+    big = tmp_path / "big.fifo"
+    os.mkfifo(big)
+    writer = threading.Thread(target=lambda: big.write_bytes(b"#" * 101))
+    writer.start()
+    with pytest.raises(MosaicInputError, match="longer than the limit of 100 bytes"):
+        read_text(big, "YAML file", max_bytes=100)
+    writer.join(10)
 
 
 @pytest.mark.parametrize(("command", "line"), [
