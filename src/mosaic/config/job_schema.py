@@ -759,6 +759,7 @@ def job_from_document(document: dict[str, Any], where: str,
         notes.append(f"performance.routing_imbalance {stated_imbalance:g} is above ep={ep}: "
                      f"one EP rank receives at most every routed token copy, ep times the even "
                      f"share, so {ep} is used")
+    notes.extend(unread_layout_settings(workload, plan))
     if workload.layer_cuda_graphs and (plan.checkpointing == Checkpointing.FULL).any():
         raise MosaicInputError(
             f"{where}: performance.layer_cuda_graphs with checkpointing full: Megatron-Core "
@@ -815,6 +816,52 @@ def job_from_document(document: dict[str, Any], where: str,
         train_goodput=training.goodput,
         search_limits=search.layout_limits(),
     )
+
+
+def unread_layout_settings(workload: Workload, plan: ParallelPlans) -> list[str]:
+    """One line per setting the job states that its own layout (the length-1 ``plan``) does
+    not read, so that a prediction equal to the one without it is not taken for its effect.
+    `layouts` searches other layouts, where they may be read, so they are notes, not
+    refusals (as parallelism.sequence_parallel at tp 1 is, config.layout)."""
+    row = plan.row(0)
+    notes = []
+    if workload.tp_comm_overlap and not row["sequence_parallel"]:
+        # perf.layer_costs.overlapped_tp_collectives_s; Megatron-LM refuses the flag
+        # without --sequence-parallel, which it turns off at tp 1 (megatron/training/
+        # arguments.py: 'Tensor parallel communication/GEMM overlap can happen only when
+        # sequence parallelism is enabled')
+        notes.append(f"parallelism.tp_comm_overlap not read: it overlaps the sequence-parallel "
+                     f"collectives, and tp={row['tp']} runs without sequence parallelism "
+                     "(Megatron-LM refuses --tp-comm-overlap without --sequence-parallel)")
+    sharding = Sharding(int(plan.sharding[0]))
+    if sharding < Sharding.FSDP:
+        # perf.data_parallel_time and perf.schedule read them for fully sharded units only
+        stated = [*([f"fsdp_gather {workload.fsdp_gather}"] if workload.fsdp_gather else []),
+                  *(["fsdp_keep_gathered"] if workload.fsdp_keep_gathered else [])]
+        if stated:
+            notes.append(f"performance.{' and '.join(stated)} not read: sharding "
+                         f"{sharding.name.lower()} gathers no parameters per unit (they "
+                         "apply to fsdp and hsdp)")
+    checkpointing = Checkpointing(int(plan.checkpointing[0]))
+    if workload.recompute_modules is not None and checkpointing is not Checkpointing.SELECTIVE:
+        # Megatron-Core reads recompute_modules under recompute_granularity 'selective'
+        # only (transformer_config.py); perf.layer_costs.recompute_modules_forward_s
+        notes.append(f"performance.recompute_modules not read: checkpointing is "
+                     f"{checkpointing.name.lower()}; the modules are what selective "
+                     "checkpointing recomputes")
+    if (workload.recompute_block_fraction is not None
+            and checkpointing is Checkpointing.NONE):
+        # Workload.checkpointed_block_fraction: read under full and block-level selective
+        notes.append("performance.recompute_block_fraction not read: checkpointing is none "
+                     "(it is the share of blocks full or block-level selective checkpointing "
+                     "recomputes)")
+    if (workload.max_nodes_per_token is not None and workload.geometry.moe is not None
+            and not workload.dispatcher.deduplicates_per_node):
+        # perf.routing_load.max_domains_per_token bounds a deduplicating dispatch only
+        notes.append(f"performance.max_nodes_per_token {workload.max_nodes_per_token} not "
+                     f"read: the {workload.dispatcher} dispatcher sends every routed copy "
+                     "on its own, not once per node (deepep and hybridep do)")
+    return notes
 
 
 def _job_fp8_recipe(performance: PerformanceBlock, notes: list[str]) -> Fp8Recipe:
