@@ -62,12 +62,12 @@ def _identical(a, b) -> bool:
 
 TERMS = {
     "stage_parameters": lambda w, p: [
-        stage_parameters(w.geometry, p, stage, w.uneven_pipeline_stages,
+        stage_parameters(w.geometry, p, stage, w.stage_split,
                          w.vocab_in_pipeline_split) for stage in ("first", "middle", "last")],
     "parameter_state_bytes": lambda w, p: [
         parameter_state_bytes(w, p, stage) for stage in ("first", "middle", "last")],
     "stage_layer_counts": lambda w, p: [
-        stage_layer_counts(w.geometry, p, stage, w.uneven_pipeline_stages,
+        stage_layer_counts(w.geometry, p, stage, w.stage_split,
                            w.vocab_in_pipeline_split) for stage in ("first", "middle", "last")],
     "in_flight_microbatches": lambda w, p: [
         in_flight_microbatches(w, p, stage) for stage in ("first", "middle", "last")],

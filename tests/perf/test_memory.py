@@ -197,7 +197,8 @@ def test_stage_layers_take_the_ceiling_and_the_dense_prefix_sits_first():
     # Split not stated: the last rank gets a full chunk too (conservative); uneven stages
     # cut in order, 3 + 3 + 3 + 1, so the last rank holds the 1-block remainder.
     assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "last")] == [3, 3]
-    assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "last", True)] == [1, 1]
+    assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "last",
+                                                  "remainder_last")] == [1, 1]
     interleaved = single_plan(pp=2, vpp=2)  # chunks of 3: rank 0 holds [0,3) and [6,9)
     assert [int(x[0]) for x in stage_layer_counts(geometry, interleaved, "first")] == [6, 5]
 
@@ -383,5 +384,5 @@ def test_uneven_stages_put_the_ceiling_first_and_the_remainder_last():
     # rank holds 2 blocks and the last rank (with the LM head) 1.
     geometry = dense_geometry(layers=7)
     plans = single_plan(pp=4)
-    assert stage_layer_counts(geometry, plans, "first", True)[0][0] == 2
-    assert stage_layer_counts(geometry, plans, "last", True)[0][0] == 1
+    assert stage_layer_counts(geometry, plans, "first", "remainder_last")[0][0] == 2
+    assert stage_layer_counts(geometry, plans, "last", "remainder_last")[0][0] == 1

@@ -79,14 +79,14 @@ def test_each_rank_holds_its_chunks_blocks():
     layout = parse_pipeline_layout("Et|(tt|)*30mL", 8, 4, 61, 1)
     plans = concatenate_plans([single_plan(pp=8, vpp=4, dp=4, ep=32),
                          single_plan(pp=8, vpp=1, dp=4, ep=32)])
-    got = {stage: tuple(int(v[0]) for v in stage_layer_counts(DSV3, plans, stage, False, False,
+    got = {stage: tuple(int(v[0]) for v in stage_layer_counts(DSV3, plans, stage, None, False,
                                                                (layout,)))
            for stage in ("first", "middle", "last")}
     assert got == {"first": (7, 6), "middle": (8, 6), "last": (7, 7)}
     # a plan of another vpp splits the default way: a full chunk of ceil(61/8) = 8 MoE
     # blocks on the last rank, and the MTP module there (Megatron-Core's placement without a
     # layout): (blocks, MoE blocks) = (9, 9)
-    assert [int(v[1]) for v in stage_layer_counts(DSV3, plans, "last", False, False, (layout,))
+    assert [int(v[1]) for v in stage_layer_counts(DSV3, plans, "last", None, False, (layout,))
             ] == [9, 9]
 
 

@@ -188,7 +188,7 @@ def test_bf16_gradient_buffers_halve_the_data_parallel_reduce_scatter_by_hand():
     fp32 = predict_step(workload, plan, machine, calibration)
     bf16 = predict_step(replace(workload, grad_reduce_in_fp32=False), plan, machine,
                         calibration)
-    params = stage_parameters(workload.geometry, plan, "last", False, False)
+    params = stage_parameters(workload.geometry, plan, "last", None, False)
     by_hand = [reduce_scatter_time_s(params.non_expert * grad_bytes, np.array([32]),
                                      np.array([1]), machine.interconnect)[0]
                for grad_bytes in (4, 2)]

@@ -134,8 +134,10 @@ class PerformanceBlock(StrictBlock):
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool | Literal["unstated"] = Field(
         default=False, description="allow pp·vpp that does not divide the layers: true = "
-        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last (on Megatron-Core "
-        "stacks costed rank by rank as that split's Megatron layout, which exports write); "
+        "split as the stack splits (trait uneven_stage_split): chunks of ceil(L/(pp·vpp)) "
+        "blocks with the remainder on the last (on Megatron-Core stacks costed rank by rank "
+        "as that split's Megatron layout, which exports write), or torchtitan's "
+        "floor(L/(pp·vpp)) a stage with the first L mod (pp·vpp) stages one more; "
         "unstated = the "
         "split is not known (any split Megatron's --pipeline-model-parallel-layout places, "
         "e.g. DeepSeek-V3's 61 layers in 32 chunks) and the first and last stages are costed "

@@ -180,8 +180,9 @@ def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cl
 
 def _uneven_stages_hint(spec: JobSpec, n_devices: int) -> str:
     """The ``performance.uneven_stages`` value that lets this layout place its layers: true
-    (the remainder chunk last) or unstated (full first and last stages, as Megatron's
-    --pipeline-model-parallel-layout places 61 layers in 32 chunks); none if neither does."""
+    (the stack's split, :attr:`Workload.stage_split`) or unstated (full first and last
+    stages, as Megatron's --pipeline-model-parallel-layout places 61 layers in 32 chunks);
+    none if neither does."""
     for value, workload, stated in (
             ("true", replace(spec.workload, uneven_pipeline_stages=True), True),
             ("unstated", spec.workload, False)):

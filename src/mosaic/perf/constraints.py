@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk, split_slots
+from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import laid_out, n_microbatches
 from mosaic.perf.workload import Workload
@@ -38,9 +38,9 @@ def _not_divisible(numerator: np.ndarray | int, denominator: np.ndarray | int) -
 
 
 def _pipeline_split_rule(workload: Workload, plans: ParallelPlans) -> tuple[str, np.ndarray]:
-    """Even stages: pp·vpp divides the layers. Uneven stages: chunks of ceil(L/(pp·vpp))
-    blocks with the remainder short, so every chunk keeps at least one block. A stated
-    pipeline layout splits the plans of its pp and vpp itself (validated when read)."""
+    """Even stages: pp·vpp divides the layers. Uneven stages: the stack's split
+    (:attr:`Workload.stage_split`) leaves every chunk at least one block. A stated pipeline
+    layout splits the plans of its pp and vpp itself (validated when read)."""
     rule, violated = _split_rule(workload, plans.pp * plans.vpp)
     return rule, violated & ~laid_out(plans, workload.pipeline_layouts)
 
@@ -51,10 +51,11 @@ def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray
     if workload.vocab_in_pipeline_split:
         return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = {slots} (embedding and loss "
                 "each take a pipeline slot)", _not_divisible(slots, chunks))
-    if not workload.uneven_pipeline_stages:
+    split = workload.stage_split
+    if split is None:
         return f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}", _not_divisible(slots, chunks)
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
-            remainder_leaves_empty_chunk(layers, np.maximum(chunks, 1)))
+            leaves_empty_chunk(layers, np.maximum(chunks, 1), split))
 
 
 def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:

@@ -19,7 +19,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from mosaic.errors import MosaicInputError
 
@@ -224,6 +226,38 @@ def blocks_per_chunk(slots: Any, chunks: Any) -> Any:
     return -(-slots // chunks)
 
 
+# How a stack cuts L blocks into C = pp·vpp pipeline chunks that C does not divide (stack
+# trait ``uneven_stage_split``, stacks.yaml):
+# - remainder_last: chunks of ceil(L/C) blocks in order, the short one last (Megatron-Core's
+#   decoder_first/last_pipeline_num_layers as mosaic states them, and the layout
+#   :func:`remainder_last_layout` writes for them);
+# - extra_first: floor(L/C) blocks each, the first L mod C chunks one more (torchtitan v0.2.2
+#   ``generate_llm_fqn_per_model_part``, torchtitan/distributed/pipeline_parallel.py: 30
+#   blocks on 4 stages are 8, 8, 7, 7).
+StageSplit = Literal["remainder_last", "extra_first"]
+
+
+def chunk_bounds(layers: int, chunks: Any, index: Any, split: StageSplit) -> tuple[Any, Any]:
+    """(first block, end block) of chunk ``index`` (from 0) of ``chunks`` cut by ``split``
+    (end exclusive; a chunk past the blocks is empty at ``layers``); ints or arrays."""
+    if split == "extra_first":
+        base, extra = layers // chunks, layers % chunks
+        start = np.minimum(index * base + np.minimum(index, extra), layers)
+        return start, np.minimum(start + base + (index < extra), layers)
+    size = blocks_per_chunk(layers, chunks)
+    start = np.minimum(index * size, layers)
+    return start, np.minimum(start + size, layers)
+
+
+def chunk_block_counts(layers: int, chunks: int, split: StageSplit) -> list[int]:
+    """Blocks of each of ``chunks`` chunks in order, cut by ``split`` (:func:`chunk_bounds`)."""
+    counts = []
+    for index in range(chunks):
+        start, stop = chunk_bounds(layers, chunks, index, split)
+        counts.append(int(stop - start))
+    return counts
+
+
 def split_slots(layers: int, vocab_in_pipeline_split: bool) -> int:
     """What pp·vpp must divide for even pipeline stages: the blocks, plus the embedding and
     the loss where each takes a slot (Megatron-LM's --account-for-embedding-in-pipeline-split
@@ -238,10 +272,14 @@ def stages_uneven(layers: int, chunks: Any, vocab_in_pipeline_split: bool) -> An
     return split_slots(layers, vocab_in_pipeline_split) % chunks != 0
 
 
-def remainder_leaves_empty_chunk(layers: Any, chunks: Any) -> Any:
-    """Whether cutting ``layers`` blocks into ``chunks`` chunks of
-    :func:`blocks_per_chunk` in order, the remainder last, leaves the last chunk (or more)
-    without a block; ints or arrays (``chunks`` >= 1)."""
+def leaves_empty_chunk(layers: Any, chunks: Any, split: StageSplit) -> Any:
+    """Whether cutting ``layers`` blocks into ``chunks`` chunks by ``split`` leaves a chunk
+    without a block: the remainder-last chunks of :func:`blocks_per_chunk` run out before
+    the last chunk, or (extra_first) there are more chunks than blocks, which torchtitan
+    refuses ("Number of stages ... cannot be greater than effective layers"); ints or
+    arrays (``chunks`` >= 1)."""
+    if split == "extra_first":
+        return chunks > layers
     return (chunks - 1) * blocks_per_chunk(layers, chunks) >= layers
 
 
@@ -250,10 +288,7 @@ def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> st
     ceil(L/(pp·vpp)) blocks in order, the short one last, the embedding in the first chunk
     and the MTP modules and the loss in the last (where Megatron-Core places them without a
     layout); the string Megatron's --pipeline-model-parallel-layout takes for it."""
-    chunks = pp * vpp
-    size = blocks_per_chunk(layers, chunks)
-    sizes = [size] * (chunks - 1) + [layers - size * (chunks - 1)]
-    body = [BLOCK * count for count in sizes]
+    body = [BLOCK * count for count in chunk_block_counts(layers, pp * vpp, "remainder_last")]
     body[0] = EMBEDDING + body[0]
     body[-1] += MTP * mtp_layers + LOSS
     return _join_chunks([_run_length(chunk) for chunk in body])
@@ -267,7 +302,8 @@ def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
     added = list(layouts)
     for pp, vpp in shapes:
         chunks = pp * vpp
-        if (pp > 1 and layers % chunks and not remainder_leaves_empty_chunk(layers, chunks)
+        if (pp > 1 and layers % chunks
+                and not leaves_empty_chunk(layers, chunks, "remainder_last")
                 and layout_for(added, pp, vpp) is None):
             layout = parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp, vpp),
                                            pp, vpp, layers, mtp_layers)

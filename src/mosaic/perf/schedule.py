@@ -30,7 +30,14 @@ import numpy as np
 from mosaic.arch import Geometry, HybridLayer
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
-from mosaic.perf.pipeline_layout import MTP, Layouts, PipelineLayout, blocks_per_chunk
+from mosaic.perf.pipeline_layout import (
+    MTP,
+    Layouts,
+    PipelineLayout,
+    StageSplit,
+    blocks_per_chunk,
+    chunk_bounds,
+)
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -248,46 +255,55 @@ def _vocab_split_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage
 
 
 def _block_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                  remainder_last: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(start, stop, held) of each chunk of ceil(L/(pp·vpp)) blocks a pipeline rank holds
-    (:func:`stage_layer_counts`)."""
+                  split: StageSplit | None
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(start, stop, held) of each chunk a pipeline rank holds (:func:`stage_layer_counts`):
+    chunk r + c·pp of rank r cut by ``split`` (:func:`~mosaic.perf.pipeline_layout.
+    chunk_bounds`), or, the split not stated (None), chunks of ceil(L/(pp·vpp)) blocks
+    from the first block for the first and middle ranks and from the last block for the
+    last rank, so both ends hold full chunks."""
     layers = geometry.layers
-    chunk = blocks_per_chunk(layers, plans.pp * plans.vpp)
+    chunks = plans.pp * plans.vpp
+    chunk = blocks_per_chunk(layers, chunks)
     for c in range(int(plans.vpp.max())):
-        if stage == "first":
-            start = c * plans.pp * chunk
-        elif stage == "middle" or isinstance(stage, int):
-            start = (stage_rank(plans, stage) + c * plans.pp) * chunk
-        elif remainder_last:
-            start = (plans.pp - 1 + c * plans.pp) * chunk
-        else:
+        if split is not None:
+            start, stop = chunk_bounds(layers, chunks, stage_rank(plans, stage) + c * plans.pp,
+                                       split)
+            yield start, stop, c < plans.vpp
+            continue
+        if stage == "last":
             start = layers - c * plans.pp * chunk - chunk
+        else:
+            start = (stage_rank(plans, stage) + c * plans.pp) * chunk
         start = np.minimum(np.maximum(start, 0), layers)  # np.clip, without its overhead
         stop = np.minimum(start + chunk, layers)
         yield start, stop, c < plans.vpp
 
 
-def _stage_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool,
-                  vocab_in_split: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _stage_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage,
+                  split: StageSplit | None, vocab_in_split: bool
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     if vocab_in_split:
         return _vocab_split_chunks(geometry, plans, stage)
-    return _block_chunks(geometry, plans, stage, remainder_last)
+    return _block_chunks(geometry, plans, stage, split)
 
 
 @plan_key("pp", "vpp", remember=without_top_k)
 def stage_layer_counts(
-    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, split: StageSplit | None = None,
     vocab_in_split: bool = False, layouts: Layouts = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """(blocks, MoE blocks) on the first or last pipeline rank (or a ``middle`` one).
 
-    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)); pipeline rank r holds chunks r,
-    r + pp, r + 2pp, ... When pp·vpp does not divide L, ``remainder_last`` (a job's
-    ``uneven_pipeline_stages``) cuts the chunks in order with the short one at the end;
-    otherwise (a layout whose split is not stated) the first and last ranks both get full
-    chunks, the conservative reading. Real block indices decide which blocks are MoE, so
-    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage. With
-    ``vocab_in_split`` the embedding and the loss take one slot each
+    Blocks are cut into pp·vpp chunks; pipeline rank r holds chunks r, r + pp, r + 2pp, ...
+    When pp·vpp does not divide L, ``split`` (:attr:`Workload.stage_split`: the stack's
+    split under a job's ``uneven_pipeline_stages``) cuts them as the stack does: chunks of
+    ceil(L/(pp·vpp)) in order with the short one at the end (remainder_last), or
+    floor(L/(pp·vpp)) with the first L mod (pp·vpp) chunks one more (extra_first,
+    torchtitan); without it (a split that is not stated) the first and last ranks both get
+    full chunks of ceil(L/(pp·vpp)), the conservative reading. Real block indices decide
+    which blocks are MoE, so the dense prefix (paper Sec. 3.1: block 1 dense) sits on the
+    first stage. With ``vocab_in_split`` the embedding and the loss take one slot each
     (:func:`_vocab_split_chunks`); without it a ``middle`` rank (rank 1) holds full
     chunks, whose real indices lie past a dense prefix the first rank holds. A hybrid
     model's blocks are its pattern's layers, its MoE blocks the 'E' layers. A stated layout
@@ -296,8 +312,7 @@ def stage_layer_counts(
     """
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
-    for start, stop, held in _stage_chunks(geometry, plans, stage, remainder_last,
-                                           vocab_in_split):
+    for start, stop, held in _stage_chunks(geometry, plans, stage, split, vocab_in_split):
         blocks = blocks + np.where(held, stop - start, 0)
         moe_in_chunk = _moe_blocks_below(stop, geometry)
         moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry)
@@ -363,15 +378,14 @@ def mtp_block_is_moe(geometry: Geometry) -> bool:
 
 @plan_key("pp", "vpp", remember=without_top_k)
 def stage_hybrid_counts(
-    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, split: StageSplit | None = None,
     vocab_in_split: bool = False,
 ) -> dict[HybridLayer, np.ndarray]:
     """A hybrid model's layers of each kind on a pipeline rank, cut as
     :func:`stage_layer_counts` cuts blocks (Megatron-Core's hybrid model splits its pattern
     into pipeline chunks of layers the same way)."""
     counts = {symbol: np.zeros_like(plans.pp) for symbol in HybridLayer}
-    for start, stop, held in _stage_chunks(geometry, plans, stage, remainder_last,
-                                           vocab_in_split):
+    for start, stop, held in _stage_chunks(geometry, plans, stage, split, vocab_in_split):
         for symbol in HybridLayer:
             in_chunk = _kind_below(stop, geometry, symbol) - _kind_below(start, geometry, symbol)
             counts[symbol] = counts[symbol] + np.where(held, in_chunk, 0)
@@ -410,9 +424,9 @@ class Schedule:
 
 def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
     """Every schedule quantity of ``plans``, computed once."""
-    uneven = workload.uneven_pipeline_stages
+    split = workload.stage_split
     n_mb = n_microbatches(workload, plans)
-    stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven,
+    stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, split,
                                                      workload.vocab_in_pipeline_split,
                                                      workload.pipeline_layouts))
               for stage in ("first", "last")}

@@ -214,9 +214,9 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridL
     model's (``dense`` holds its :class:`HybridLayerTimes`) counts its layers of each kind
     on the rank, its blocks being its layers."""
     geometry = workload.geometry
-    uneven = workload.uneven_pipeline_stages
+    split = workload.stage_split
     if isinstance(dense, HybridLayerTimes):
-        counts = stage_hybrid_counts(geometry, plans, stage, uneven, vocab_in_split)
+        counts = stage_hybrid_counts(geometry, plans, stage, split, vocab_in_split)
         kinds = ((dense.mamba, counts[HybridLayer.MAMBA], "compute_mlp"),
                  (dense.gdn, counts[HybridLayer.GDN], "compute_mlp"),
                  (dense.attention, counts[HybridLayer.ATTENTION], "compute_mlp"),
@@ -225,7 +225,7 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridL
         blocks = _sum(counts.values())
         return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, True),
                 blocks, counts[HybridLayer.MOE])
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, uneven, vocab_in_split,
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, split, vocab_in_split,
                                             workload.pipeline_layouts)
     kinds = ((dense, blocks - moe_blocks, "compute_mlp"), (moe, moe_blocks, "compute_experts"))
     return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, False), blocks,

@@ -15,7 +15,13 @@ from mosaic.perf.attention_kernels import (
     stack_default_kernel,
 )
 from mosaic.perf.element_bytes import BF16_BYTES
-from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
+from mosaic.perf.pipeline_layout import (
+    BLOCK,
+    MTP,
+    Layouts,
+    StageSplit,
+    with_remainder_last_layouts,
+)
 from mosaic.stacks import (
     DEFAULT_STACK,
     CrossEntropy,
@@ -414,9 +420,11 @@ class Workload:
             (perf/kernels.fp8_attention_efficiency). Needs FP8 GEMMs, a stack that runs
             Transformer Engine's attention (trait fused_grouped_mlp's Megatron-Core family)
             and the cuDNN kernel.
-        uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
-            ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
-            decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
+        uneven_pipeline_stages: pp·vpp need not divide the layers; the chunks are cut as
+            the stack cuts them (:attr:`stage_split`, trait ``uneven_stage_split``):
+            ceil(L/(pp·vpp)) blocks except the remainder, last (Megatron-Core's
+            decoder_first/last_pipeline_num_layers), or torchtitan's floor shares with the
+            first L mod (pp·vpp) chunks one more.
         pipeline_layouts: the stated layers of every pipeline chunk (Megatron-Core
             --pipeline-model-parallel-layout; :mod:`mosaic.perf.pipeline_layout`), at most
             one per pipeline shape: each applies to the plans with its pp and vpp, others
@@ -728,6 +736,15 @@ class Workload:
                                    f"{self.precision}): the gathered weights are the FP8 "
                                    f"GEMMs' copies{hint}")
 
+    @property
+    def stage_split(self) -> StageSplit | None:
+        """How the perf model cuts the blocks into pipeline chunks
+        (:func:`~mosaic.perf.schedule.stage_layer_counts`): the stack's split (trait
+        ``uneven_stage_split``) under ``uneven_pipeline_stages``, else None: the split is
+        even or, uneven, not stated (a recorded one), and the first and last ranks are both
+        costed with full chunks."""
+        return self.traits.uneven_stage_split if self.uneven_pipeline_stages else None
+
     def with_remainder_last_layouts(self, shapes: Iterable[tuple[int, int]]) -> Workload:
         """This workload with ``uneven_pipeline_stages`` split as the Megatron layout of its
         remainder-last chunks for each pipeline shape of ``shapes`` that needs one
@@ -738,7 +755,7 @@ class Workload:
         chunk rule of
         :func:`~mosaic.perf.schedule.stage_layer_counts`."""
         geometry = self.geometry
-        if (not self.uneven_pipeline_stages or geometry.is_hybrid
+        if (self.stage_split != "remainder_last" or geometry.is_hybrid
                 or not self.traits.pipeline_layout_flag
                 or self.traits.pipeline_schedule != "1f1b" or self.vocab_in_pipeline_split):
             return self

@@ -117,6 +117,7 @@ class _Entry(BaseModel):
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     moe_flex_dispatchers: tuple[Literal["deepep", "hybridep"], ...] = ()
     pipeline_layout_flag: bool = False
+    uneven_stage_split: Literal["remainder_last", "extra_first"] = "remainder_last"
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
@@ -205,6 +206,11 @@ class StackTraits:
     # whether the stack places layers by Megatron-Core's --pipeline-model-parallel-layout
     # (balanced layouts, and uneven stages costed as their remainder-last layout)
     pipeline_layout_flag: bool
+    # how the blocks are cut into pp·vpp pipeline chunks that do not divide them
+    # (mosaic.perf.pipeline_layout.StageSplit): "remainder_last" (ceil(L/(pp·vpp)) a chunk,
+    # the short one last) or "extra_first" (floor shares, the first L mod (pp·vpp) chunks
+    # one more: torchtitan)
+    uneven_stage_split: str
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)

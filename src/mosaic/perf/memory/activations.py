@@ -534,7 +534,7 @@ def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: S
     if geometry.is_hybrid:
         return _stage_hybrid_activations(workload, plans, stage)
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
-                                            workload.uneven_pipeline_stages,
+                                            workload.stage_split,
                                             workload.vocab_in_pipeline_split,
                                             workload.pipeline_layouts)
     dense_blocks = blocks - moe_blocks
@@ -557,7 +557,7 @@ def _stage_hybrid_activations(workload: Workload, plans: ParallelPlans, stage: S
     """:func:`_stage_blocks_activations` of a hybrid model: each kind's layers on the stage
     times its saved bytes, the largest working set of a kind the stage holds, its layers."""
     geometry = workload.geometry
-    held = stage_hybrid_counts(geometry, plans, stage, workload.uneven_pipeline_stages,
+    held = stage_hybrid_counts(geometry, plans, stage, workload.stage_split,
                                workload.vocab_in_pipeline_split)
     per_microbatch = np.zeros(len(plans))
     working_set = np.zeros(len(plans))

@@ -85,7 +85,7 @@ def communication_buffer_bytes(
     buffers = fsdp + zero2 + layout.pipeline
     if workload.geometry.moe is not None:
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
-                                           workload.uneven_pipeline_stages,
+                                           workload.stage_split,
                                            workload.vocab_in_pipeline_split,
                                            workload.pipeline_layouts)
         buffers = buffers + np.where(layout.ep_sends & (moe_blocks > 0), layout.ep_send, 0.0)

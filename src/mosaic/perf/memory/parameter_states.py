@@ -19,7 +19,7 @@ from mosaic.arch.counts import (
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory.plan_keys import PARAMETER_STATE_KEY, STAGE_PARAMETER_KEY
-from mosaic.perf.pipeline_layout import Layouts
+from mosaic.perf.pipeline_layout import Layouts, StageSplit
 from mosaic.perf.plan import ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     MIRROR_STAGE,
@@ -121,11 +121,11 @@ class StageParameters:
 
 @plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                     remainder_last: bool = False, vocab_in_split: bool = False,
+                     split: StageSplit | None = None, vocab_in_split: bool = False,
                      layouts: Layouts = ()) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
     counts = count_parameters(geometry)
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last,
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, split,
                                             vocab_in_split, layouts)
     dense_blocks = blocks - moe_blocks
     tp = plans.tp.astype(float)
@@ -140,7 +140,7 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
 
     experts_per_block = counts.experts * counts.routed_expert / expert_split
     if geometry.is_hybrid:
-        return _hybrid_stage_parameters(geometry, plans, stage, remainder_last,
+        return _hybrid_stage_parameters(geometry, plans, stage, split,
                                         vocab_in_split, embedding, head, experts_per_block)
     # An MTP module's block is among the stage's blocks (schedule.mtp_modules); its
     # projection is column-parallel over TP (Megatron-Core MultiTokenPredictionLayer
@@ -190,7 +190,8 @@ def _stage_parameters_with_units(dense: np.ndarray, replicated: np.ndarray, expe
 
 
 def _hybrid_stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                             remainder_last: bool, vocab_in_split: bool, embedding: np.ndarray,
+                             stage_split: StageSplit | None, vocab_in_split: bool,
+                             embedding: np.ndarray,
                              head: np.ndarray, experts_per_layer: np.ndarray
                              ) -> StageParameters:
     """:func:`stage_parameters` of a hybrid model: each layer kind's TP-split matrices (a
@@ -198,7 +199,7 @@ def _hybrid_stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: St
     megatron/core/ssm/mamba_mixer.py marks them tensor_model_parallel), one norm per
     layer, the MoE layers' routers and routed experts."""
     counts = count_parameters(geometry)
-    held = stage_hybrid_counts(geometry, plans, stage, remainder_last, vocab_in_split)
+    held = stage_hybrid_counts(geometry, plans, stage, stage_split, vocab_in_split)
     tp = plans.tp.astype(float)
     split = {symbol: hybrid_mixer_parameters(counts, symbol) / tp for symbol in HybridLayer}
     layers = sum(held.values(), start=np.zeros_like(plans.pp))
@@ -227,13 +228,13 @@ def rank_parameters(workload: Workload, plans: ParallelPlans, stage: Stage
     (:func:`stage_parameters`), plus, under DualPipe with pp > 1, its mirror stage's
     (:data:`~mosaic.perf.schedule.MIRROR_STAGE`: "two copies of the model parameters",
     DeepSeek-V3 report Table 2), the largest block or unit being the larger of the two."""
-    geometry, uneven = workload.geometry, workload.uneven_pipeline_stages
+    geometry, split = workload.geometry, workload.stage_split
     vocab_split = workload.vocab_in_pipeline_split
     layouts = workload.pipeline_layouts
-    own = stage_parameters(geometry, plans, stage, uneven, vocab_split, layouts)
+    own = stage_parameters(geometry, plans, stage, split, vocab_split, layouts)
     if not uses_dualpipe(workload):
         return own
-    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split, layouts)
+    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], split, vocab_split, layouts)
     pipelined = plans.pp > 1
     summed = ("dense", "replicated", "vocab", "expert")
     return StageParameters(**{

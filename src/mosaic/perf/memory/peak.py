@@ -183,7 +183,7 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
     for stage in stages:
         stage_layer_counts.per_key(workload.geometry, plans, stage,
-                                   workload.uneven_pipeline_stages,
+                                   workload.stage_split,
                                    workload.vocab_in_pipeline_split, workload.pipeline_layouts)
     reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
     terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
