@@ -274,7 +274,17 @@ def test_torchtitan_toml_round_trip(sharding):
 def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
     spec = load_export_spec(JOB, ["parallelism.pp=1", "parallelism.dispatcher=deepep",
                                   "performance.precision=fp8"], DEEPSEEK)
-    titan = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"]
+    # the Megatron-Core job is costed with its remainder-last layout, 8 blocks a stage and 5
+    # in the last, not torchtitan's own 8,8,8,8,8,7,7,7: the file lists the costed parts
+    costed = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"]
+    assert [sum(m.startswith("layers.") for m in part)
+            for part in costed["module_fqns_per_model_part"]] == [8] * 7 + [5]
+    # a torchtitan job is costed with torchtitan's split: its stage count is written
+    titan = tomllib.loads(export(load_export_spec(
+        JOB, ["parallelism.dispatcher=deepep", "performance.precision=fp8",
+              "performance.checkpointing=selective", "parallelism.pp=4", "parallelism.vpp=2",
+              "parallelism.tp=2", "performance.uneven_stages=true",
+              "performance.stack=torchtitan"], DEEPSEEK), "torchtitan").text)["parallelism"]
     ends = (titan["pipeline_parallel_first_stage_less_layers"]
             + titan["pipeline_parallel_last_stage_less_layers"])
     # torchtitan: ceil((L + first + last) / per_stage) stages

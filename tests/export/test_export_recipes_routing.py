@@ -276,13 +276,14 @@ def test_torchtitan_stage_split_when_no_layers_per_stage_fits():
             even["pipeline_parallel_last_stage_less_layers"],
             even["pipeline_parallel_layers_per_stage"]) == (0, 0, 1)
     # 9 blocks on pp 2 x vpp 3 = 6 stages: ceil(9 / n) never gives 6, so the parts are
-    # listed, the embedding first and the head last
+    # listed, the embedding first and the head last, in torchtitan's own split (floor(9/6)
+    # a part, the first 9 % 6 one more: generate_llm_fqn_per_model_part), the one costed
     result = export(titan_spec(9, 2, 3), "torchtitan")
     parallelism = tomllib.loads(result.text)["parallelism"]
     parts = parallelism["module_fqns_per_model_part"]
     assert "pipeline_parallel_layers_per_stage" not in parallelism
     assert len(parts) == 6 and parts[0][0] == "tok_embeddings" and parts[-1][-1] == "output"
-    assert sum(len([m for m in p if m.startswith("layers.")]) for p in parts) == 9
+    assert [len([m for m in p if m.startswith("layers.")]) for p in parts] == [2, 2, 2, 1, 1, 1]
     assert not any("pipeline stages" in n for n in result.unsupported)
     # a split that accounts for the embedding and the loss keeps torchtitan's weights of 1:
     # 64 blocks on 64 stages, ceil((64 + 2) / n) never gives 64: parts listed
@@ -297,9 +298,13 @@ def test_torchtitan_stage_split_when_no_layers_per_stage_fits():
     assert default["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert not {"pipeline_parallel_layers_per_stage", "module_fqns_per_model_part"} & set(
         default)
-    # 61 blocks on 8 stages: ceil(61/8) = 8 per part, the last holds 5
-    assert [sum(m.startswith("layers.") for m in p) for p in model_parts(61, 8)] == \
-        [8] * 7 + [5]
+    # a Megatron-Core plan of 61 blocks on pp 8 was costed with ceil(61/8) = 8 a stage, the
+    # last holding 5; torchtitan's own split would run 8,8,8,8,8,7,7,7: the parts are listed
+    megatron = tomllib.loads(export(titan_spec(61, 8, 1, stack="megatron-core"),
+                                    "torchtitan").text)["parallelism"]
+    assert [sum(m.startswith("layers.") for m in p)
+            for p in megatron["module_fqns_per_model_part"]] == [8] * 7 + [5]
+    assert model_parts([2, 1])[0] == ["tok_embeddings", "layers.0", "layers.1"]
     # more stages than blocks cannot be split: said in words
     crowded = export(titan_spec(8, 4, 4), "torchtitan")
     assert "pp 4 x vpp 4 = 16 virtual pipeline stages for 8 transformer blocks: more stages " \

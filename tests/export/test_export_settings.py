@@ -248,7 +248,7 @@ def test_torchtitan_layer_sac_note_counts_each_rank_of_the_split_it_writes():
     assert stage_blocks(3, 2, 2, 2) == [2, 1]
     spec = _spec(APPENDIX_E, "model.layers=30", "parallelism.pp=4", "parallelism.vpp=2",
                  "performance.uneven_stages=true", "performance.checkpointing=full",
-                 "performance.recompute_block_fraction=0.5")
+                 "performance.recompute_block_fraction=0.5", "performance.stack=torchtitan")
     result = export(spec, "torchtitan")
     parallelism = tomllib.loads(result.text)["parallelism"]
     assert parallelism["pipeline_parallel_layers_per_stage"] == 4
@@ -262,6 +262,40 @@ def test_torchtitan_layer_sac_note_counts_each_rank_of_the_split_it_writes():
                         "parallelism.vpp=2", "performance.checkpointing=full",
                         "performance.recompute_block_fraction=0.5"), "torchtitan")
     assert not any(line.startswith("recompute_block_fraction") for line in even.unsupported)
+
+
+def test_torchtitan_file_splits_uneven_stages_as_costed():
+    """torchtitan v0.2.2 cuts 30 blocks on 4 stages (end weights 0) into 8, 8, 7, 7
+    (generate_llm_fqn_per_model_part: 30 // 4 a stage, the first 30 % 4 one more). A
+    torchtitan job is costed so (stack trait uneven_stage_split), and the file leaves the
+    split to torchtitan; a Megatron-Core job is costed with its remainder-last layout
+    Et*8|t*8|t*8|t*6L, which the torchtitan file then lists as module_fqns_per_model_part,
+    where torchtitan's own split would run other stages than the prediction's."""
+    import tomllib
+
+    def parallelism(stack: str, vpp: int) -> dict:
+        spec = _spec(APPENDIX_E, "model.layers=30", "parallelism.pp=4",
+                     f"parallelism.vpp={vpp}", "performance.uneven_stages=true",
+                     f"performance.stack={stack}")
+        return tomllib.loads(export(spec, "torchtitan").text)["parallelism"]
+
+    def blocks(parts: list[list[str]]) -> list[int]:
+        return [sum(name.startswith("layers.") for name in part) for part in parts]
+
+    titan = parallelism("torchtitan", 1)
+    assert "module_fqns_per_model_part" not in titan
+    assert (titan["pipeline_parallel_first_stage_less_layers"],
+            titan["pipeline_parallel_last_stage_less_layers"]) == (0, 0)
+    # interleaved: ceil(30 / 4) = 8 stages of torchtitan's 4,4,4,4,4,4,3,3
+    assert parallelism("torchtitan", 2)["pipeline_parallel_layers_per_stage"] == 4
+    megatron = parallelism("megatron-core", 1)["module_fqns_per_model_part"]
+    assert blocks(megatron) == [8, 8, 8, 6]
+    assert megatron[0][0] == "tok_embeddings" and megatron[-1][-2:] == ["norm", "output"]
+    assert [name for part in megatron for name in part if name.startswith("layers.")] == [
+        f"layers.{i}" for i in range(30)]
+    interleaved = parallelism("megatron-core", 2)
+    assert blocks(interleaved["module_fqns_per_model_part"]) == [4] * 7 + [2]
+    assert "pipeline_parallel_layers_per_stage" not in interleaved
 
 
 def test_data_parallel_overlap_is_written_for_megatron_and_nemo():

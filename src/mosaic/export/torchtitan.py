@@ -22,6 +22,7 @@ from mosaic.export.spec import (
     window_note,
 )
 from mosaic.export.targets import ExportResult, header_lines
+from mosaic.perf.pipeline_layout import BLOCK, chunk_block_counts, expand_layout
 from mosaic.stacks import default_loss, get_stack
 
 
@@ -185,26 +186,28 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "expert_tensor_parallel_degree": spec.etp,
         "expert_parallel_comm_backend": "deepep" if deepep else "standard",
     }
+    written = set()
     if spec.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if spec.vpp > 1 \
             else "1F1B"
         weight = end_stage_weight(spec)
         parallelism["pipeline_parallel_first_stage_less_layers"] = weight
         parallelism["pipeline_parallel_last_stage_less_layers"] = weight
-        if spec.vpp > 1:
-            stages = spec.pp * spec.vpp
-            per_stage = layers_per_stage(g.layers, stages, weight)
-            if per_stage is not None:
-                parallelism["pipeline_parallel_layers_per_stage"] = per_stage
-            elif spec.vpp == 2 and stages <= g.layers + 2 * weight:
-                pass  # torchtitan's default for a multi-stage schedule: 2 stages per rank
-            elif stages <= g.layers:
-                parallelism["module_fqns_per_model_part"] = model_parts(g.layers, stages)
-            else:
-                unsupported.append(f"pp {spec.pp} x vpp {spec.vpp} = {stages} virtual pipeline "
-                                   f"stages for {g.layers} transformer blocks: more stages "
-                                   "than blocks")
-    written = set()
+        stages = spec.pp * spec.vpp
+        costed = costed_stage_blocks(spec)
+        compact = stage_count_settings(spec, weight)
+        if compact is not None and file_stage_blocks(
+                spec, parallelism | compact) == costed:
+            parallelism |= compact  # torchtitan's own split is the costed one
+        elif spec.pipeline_layout is not None or stages <= g.layers:
+            parallelism["module_fqns_per_model_part"] = model_parts(costed)
+        else:
+            unsupported.append(f"pp {spec.pp} x vpp {spec.vpp} = {stages} virtual pipeline "
+                               f"stages for {g.layers} transformer blocks: more stages "
+                               "than blocks")
+        if spec.pipeline_layout is not None:
+            written.add("pipeline_layout")  # its blocks are the parts'; see family_notes
+
     if spec.tp_comm_overlap and spec.tp > 1:  # ParallelismConfig.enable_async_tensor_parallel
         written.add("tp_comm_overlap")
         if not compiles_model(spec):
@@ -251,46 +254,83 @@ def stage_blocks(layers: int, stages: int, input_weight: int, output_weight: int
     ``generate_llm_fqn_per_model_part`` splits them (distributed/pipeline_parallel.py):
     (layers + weights) // stages effective layers a part, the first remainder parts one
     more, the embedding and the output taking ``input_weight`` / ``output_weight`` of the
-    first and last. None where it refuses the split (an empty stage, or an end weight above
-    a stage's layers)."""
+    first and last: the perf model's extra_first split of the effective layers
+    (:func:`~mosaic.perf.pipeline_layout.chunk_block_counts`) less the end weights. None
+    where it refuses the split (an empty stage, or an end weight above a stage's layers)."""
     effective = layers + input_weight + output_weight
     if stages == 1:
         return [layers]
-    base, extra = divmod(effective, stages)
-    if base == 0 or max(input_weight, output_weight) > base:  # its ValueErrors
-        return None
-    counts, left = [], layers
-    for stage in range(stages):
-        share = base + (stage < extra) - (input_weight if stage == 0 else 0) - (
-            output_weight if stage == stages - 1 else 0)
-        counts.append(min(max(share, 0), left))
-        left -= counts[-1]
+    if effective // stages == 0 or max(input_weight, output_weight) > effective // stages:
+        return None  # its ValueErrors
+    counts = chunk_block_counts(effective, stages, "extra_first")
+    counts[0] -= input_weight
+    counts[-1] -= output_weight
     return counts
 
 
-def rank_blocks(spec: ExportSpec, parallelism: dict[str, Any]) -> list[int] | None:
-    """Transformer blocks each pipeline rank holds under the file's ``[parallelism]``: its
+def costed_stage_blocks(spec: ExportSpec) -> list[int]:
+    """Transformer blocks of each of the pp·vpp virtual stages as mosaic costed the plan: a
+    pipeline layout's chunks (stated, or the remainder-last split of a Megatron-Core stack's
+    uneven_stages), else the split of the job's stack (trait ``uneven_stage_split``,
+    :func:`~mosaic.perf.pipeline_layout.chunk_block_counts`: torchtitan's own for a
+    torchtitan job) or, with the embedding and the loss in the split, torchtitan's with
+    weights of 1, which is mosaic's equal slots where pp·vpp divides layers + 2 (the rule
+    perf.constraints sets)."""
+    layers, stages = spec.geometry.layers, spec.pp * spec.vpp
+    if spec.pipeline_layout is not None:
+        return [chunk.count(BLOCK) for chunk in expand_layout(spec.pipeline_layout)]
+    if spec.vocab_in_pipeline_split:
+        weighted = stage_blocks(layers, stages, 1, 1)
+        if weighted is not None:
+            return weighted
+    return chunk_block_counts(layers, stages, get_stack(spec.stack).uneven_stage_split)
+
+
+def stage_count_settings(spec: ExportSpec, weight: int) -> dict[str, Any] | None:
+    """The ``[parallelism]`` keys that make torchtitan build pp·vpp virtual stages itself:
+    none for 1F1B (one stage a rank) or an interleaved schedule's default of two a rank,
+    else the ``pipeline_parallel_layers_per_stage`` that yields them
+    (:func:`layers_per_stage`); None where none does."""
+    stages = spec.pp * spec.vpp
+    if spec.vpp == 1:
+        return {}
+    per_stage = layers_per_stage(spec.geometry.layers, stages, weight)
+    if per_stage is not None:
+        return {"pipeline_parallel_layers_per_stage": per_stage}
+    if spec.vpp == 2:  # torchtitan's default for a multi-stage schedule: 2 stages per rank
+        return {}
+    return None
+
+
+def file_stage_blocks(spec: ExportSpec, parallelism: dict[str, Any]) -> list[int] | None:
+    """Transformer blocks of each virtual stage under the file's ``[parallelism]``: its
     ``module_fqns_per_model_part``, else torchtitan's own split (:func:`stage_blocks`) into
     ceil((layers + first + last) / pipeline_parallel_layers_per_stage) stages, or pp
-    stages for 1F1B and 2·pp for an interleaved schedule without it (pipeline_llm @ v0.2.2);
-    a looped schedule puts stages r, r + pp, ... on rank r (pipeline_module_split
-    ``_get_stage_indices``). None where torchtitan would refuse the split."""
+    stages for 1F1B and 2·pp for an interleaved schedule without it (pipeline_llm @ v0.2.2).
+    None where torchtitan would refuse the split."""
+    layers = spec.geometry.layers
+    parts = parallelism.get("module_fqns_per_model_part")
+    if parts is not None:
+        return [sum(name.startswith("layers.") for name in part) for part in parts]
+    first = parallelism["pipeline_parallel_first_stage_less_layers"]
+    last = parallelism["pipeline_parallel_last_stage_less_layers"]
+    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+    if per_stage is not None:
+        stages = math.ceil((layers + first + last) / per_stage)
+    else:
+        stages = spec.pp * (1 if parallelism["pipeline_parallel_schedule"] == "1F1B" else 2)
+    return stage_blocks(layers, stages, first, last)
+
+
+def rank_blocks(spec: ExportSpec, parallelism: dict[str, Any]) -> list[int] | None:
+    """Transformer blocks each pipeline rank holds under the file's ``[parallelism]``
+    (:func:`file_stage_blocks`): a looped schedule puts stages r, r + pp, ... on rank r
+    (pipeline_module_split ``_get_stage_indices`` @ v0.2.2). None where torchtitan would
+    refuse the split."""
     layers, pp = spec.geometry.layers, spec.pp
     if pp == 1:
         return [layers]
-    parts = parallelism.get("module_fqns_per_model_part")
-    if parts is not None:
-        counts: list[int] | None = [sum(name.startswith("layers.") for name in part)
-                                    for part in parts]
-    else:
-        first = parallelism["pipeline_parallel_first_stage_less_layers"]
-        last = parallelism["pipeline_parallel_last_stage_less_layers"]
-        per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
-        if per_stage is not None:
-            stages = math.ceil((layers + first + last) / per_stage)
-        else:
-            stages = pp * (1 if parallelism["pipeline_parallel_schedule"] == "1F1B" else 2)
-        counts = stage_blocks(layers, stages, first, last)
+    counts = file_stage_blocks(spec, parallelism)
     if counts is None or len(counts) % pp:
         return None
     return [sum(counts[rank::pp]) for rank in range(pp)]
@@ -438,16 +478,11 @@ def router_notes(spec: ExportSpec) -> list[str]:
     return notes
 
 
-def model_parts(layers: int, stages: int) -> list[list[str]]:
-    """``module_fqns_per_model_part`` for ``stages`` virtual stages when no
-    ``pipeline_parallel_layers_per_stage`` gives that count: ceil(layers / stages) blocks per
-    part except the remainder, the embedding with the first part and the final norm and head
-    with the last (the even split mosaic models; module names as torchtitan v0.2.2
-    ``generate_llm_fqn_per_model_part`` writes them)."""
-    per_part = math.ceil(layers / stages)
-    counts = [min(per_part, max(0, layers - i * per_part)) for i in range(stages)]
-    if counts[-1] == 0:  # ceil leaves the last parts empty: spread the blocks evenly instead
-        counts = [layers // stages + (i < layers % stages) for i in range(stages)]
+def model_parts(counts: list[int]) -> list[list[str]]:
+    """``module_fqns_per_model_part`` holding ``counts[i]`` transformer blocks in part i, in
+    order, the embedding with the first part and the final norm and head with the last
+    (module names as torchtitan v0.2.2 ``generate_llm_fqn_per_model_part`` writes them):
+    the split mosaic costed where torchtitan's own would differ."""
     parts, start = [], 0
     for count in counts:
         parts.append([f"layers.{i}" for i in range(start, start + count)])
