@@ -190,10 +190,11 @@ def _recorders() -> tuple[Any, Any, Any]:
 
 
 # A CPU's BLAS reaches its sustained rate on blocks of a few hundred (its caches hold a few
-# MiB per core), and a square GEMM of 4096 already takes about a second at the 0.1-0.2
+# MiB per core), and a square fp32 GEMM of 4096 already takes about a second at the 0.1-0.2
 # TFLOP/s of a server socket; the GPU sweep's 16384 takes a minute a call there (a trial:
 # five minutes of bench for a 125k-parameter job). An AdamW step over 2^24 parameters moves
 # some 300 MB, past any CPU's last-level cache, so larger ones add time, not information.
+# bf16 on a CPU without native bf16 instructions is some 50x slower (docs/bench.md).
 CPU_MAX_PEAK_SIZE = 4096
 CPU_MAX_OPTIMIZER_PARAMS = 1 << 24
 
