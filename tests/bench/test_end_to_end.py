@@ -157,6 +157,19 @@ def test_dry_run_lists_without_measuring(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_a_cpu_run_measures_fp32_gemms_unless_told(tmp_path):
+    """A CPU computes in fp32 (the trainer's MFU peak there); bf16 without native
+    instructions ran ~50x slower in a trial and kept a --job test run busy past 15 minutes,
+    so a CPU run's --dtypes defaults to fp32 and the GPU lanes stay the GPU default."""
+    from mosaic.bench.device import default_dtypes
+
+    assert (default_dtypes("cpu"), default_dtypes("cuda")) == ("fp32", "bf16,fp8,mxfp8")
+    quick = ["--preset", "tiny", "--quick", "--no-progress", "--dry-run", "--json"]
+    done = run([*BENCH, "gemm", "--out", str(tmp_path / "d"), *quick, "--device", "cpu"])
+    lanes = {case["case"].split(":")[0] for case in json.loads(done.stdout)["cases"]}
+    assert "fp32" in lanes and not lanes & {"bf16", "fp8", "mxfp8"}, lanes
+
+
 def test_a_cpu_dry_run_lists_the_cases_the_run_would_skip():
     """FP8 and MXFP8 GEMMs need a GPU: on a CPU the dry run lists them as skipped, with the
     reason the run gives (a trial's dry run listed them "to measure"); bf16 is measured."""

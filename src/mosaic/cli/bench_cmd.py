@@ -86,10 +86,10 @@ BudgetOption = Annotated[str | None, typer.Option(
                           "resumes")]
 DeviceOption = Annotated[str | None, typer.Option(
     "--device", help="torch device (default: cuda if available, else cpu)")]
-DtypesOption = Annotated[str, typer.Option(
+DtypesOption = Annotated[str | None, typer.Option(
     "--dtypes", help="GEMM precisions, comma-separated: bf16, fp16, fp32 (what a CPU "
                      "run computes in: the trainer's MFU peak there), fp8, mxfp8 where "
-                     "supported")]
+                     "supported (default: bf16,fp8,mxfp8 on a GPU, fp32 on a CPU)")]
 MaxTensorOption = Annotated[str, typer.Option(
     "--max-tensor-bytes", help="skip cases whose operands exceed this (e.g. 8GiB)")]
 BackendsOption = Annotated[str, typer.Option(
@@ -178,7 +178,7 @@ def _render_reports(reports: list[Any], out: Path, json_output: bool,
 
 def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file: Path | None,
              preset: str | None, sets: list[str], dry_run: bool, time_budget: str | None,
-             device: str | None, dtypes: str, max_tensor_bytes: str, backends: str,
+             device: str | None, dtypes: str | None, max_tensor_bytes: str, backends: str,
              quick: bool, progress: bool, json_output: bool, threads: int | None = None
              ) -> None:
     import os
@@ -192,15 +192,16 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
         import torch
 
         torch.set_num_threads(threads)
-    from mosaic.bench.device import resolve_device
+    from mosaic.bench.device import default_dtypes, resolve_device
     from mosaic.bench.metadata import collect
     from mosaic.bench.run import kernel_cases, listing, run_kernels
     from mosaic.bench.shapes import sized_for_device
 
     shapes = _shapes(job, shapes_file, preset, sets)
-    options = _options(dtypes, max_tensor_bytes, backends, quick)
-    budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
     torch_device = resolve_device(device)
+    options = _options(default_dtypes(torch_device.type) if dtypes is None else dtypes,
+                       max_tensor_bytes, backends, quick)
+    budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
     shapes = sized_for_device(shapes, torch_device.type, families)
     if dry_run:
         metadata_id = collect(torch_device)["metadata_id"]
@@ -217,7 +218,7 @@ def _family_command(family: str, doc: str, command_name: str | None = None) -> N
     def command(out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
                 preset: PresetOption = None, set_: SetOption = None,
                 dry_run: DryRunFlag = False, time_budget: BudgetOption = None,
-                device: DeviceOption = None, dtypes: DtypesOption = "bf16,fp8,mxfp8",
+                device: DeviceOption = None, dtypes: DtypesOption = None,
                 max_tensor_bytes: MaxTensorOption = "8GiB",
                 attention_backends: BackendsOption = "cudnn,flash,efficient,math",
                 quick: QuickFlag = False, progress: ProgressFlag = True,
@@ -323,7 +324,7 @@ def all_command(
     out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
     preset: PresetOption = None, set_: SetOption = None, dry_run: DryRunFlag = False,
     time_budget: BudgetOption = None, device: DeviceOption = None,
-    dtypes: DtypesOption = "bf16,fp8,mxfp8", max_tensor_bytes: MaxTensorOption = "8GiB",
+    dtypes: DtypesOption = None, max_tensor_bytes: MaxTensorOption = "8GiB",
     attention_backends: BackendsOption = "cudnn,flash,efficient,math",
     quick: QuickFlag = False, progress: ProgressFlag = True, json_output: JsonFlag = False,
     threads: ThreadsOption = None,
