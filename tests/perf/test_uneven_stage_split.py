@@ -100,3 +100,21 @@ def test_a_chunk_without_blocks_follows_the_split():
                 for stack in ("torchtitan", "megatron-core")}
     assert not any("without blocks" in rule for rule in messages["torchtitan"])
     assert any("without blocks" in rule for rule in messages["megatron-core"])
+
+
+def test_nemo_automodel_splits_as_its_hf_pipeline_splitter():
+    # generate_hf_model_fqn_per_model_part(28, 61) (nemo_automodel/components/distributed/
+    # pipelining/functional.py @ 01926a5c4): 61 // 28 = 2 a stage, 61 % 28 = 5 extra blocks to
+    # stages 0-4, no weight for the embedding or head. 28 stages are the DeepSeek-V3 benchmark
+    # config's (pp 4, layers_per_stage 2: ceil(61/2) = 31 rounded down to 28, vpp 7); rank r
+    # holds stages r, r + 4, ..., r + 24 (stage_ids_this_rank, style 'loop'): rank 0 has
+    # stages 0 and 4 of 3 blocks, ranks 1-3 one stage of 3, so 16, 15, 15, 15
+    assert get_stack("nemo-automodel").uneven_stage_split == "extra_first"
+    automodel = _workload(61, "nemo-automodel")
+    assert chunk_block_counts(61, 28, "extra_first") == [3] * 5 + [2] * 23
+    assert _rank_blocks(automodel, pp=4, vpp=7) == [16, 15, 15, 15]
+    # Megatron's chunks of ceil(61/28) = 3 run out after 21 stages (3 x 20, 1, then 7 empty)
+    assert leaves_empty_chunk(61, 28, "remainder_last")
+    plans = single_plan(pp=4, vpp=7, dp=2)
+    assert not any("without blocks" in v.rule
+                   for v in plan_violations(automodel, plans, 8) if v.violated[0])
