@@ -632,7 +632,8 @@ def test_a_fitted_residual_as_the_largest_part_is_said_to_have_no_lever():
 def test_a_run_records_unstated_split_holds_for_its_levers():
     """A trial: every lever of a torchtitan run of 61 blocks on pp 2 x vpp 2 (torchtitan
     splits any layer count) broke 'pp·vpp must divide layers=61', the rule its own split
-    does not obey. A run's split is unstated, so its levers' splits are too."""
+    does not obey. A run's split at another pipeline shape than its recorded layout's is
+    unstated, so its levers' splits are too."""
     runs = Path(__file__).parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
     run = f"{runs}#nebius2603-deepseek-v3-b200-256-tp2pp2ep32-bf16-standard-ep"
     diagnosis = diagnose(predict_job(load_job(Path(run)), CALIBRATION), CALIBRATION)
@@ -641,11 +642,17 @@ def test_a_run_records_unstated_split_holds_for_its_levers():
                 if lever.reason and "must divide layers" in lever.reason]
     pp_double = next(x for x in diagnosis.levers if x.name == "pp_double")
     assert pp_double.plan["pp"] == 4 and not math.isnan(pp_double.step_time_s)
-    # a job of the same layout keeps the rule: its layer split is stated by the rule
-    job_levers = rank_levers(diagnosis.result.spec.workload, diagnosis.result.spec.plan,
-                             diagnosis.result.machine, CALIBRATION)
-    assert all(lever.reason and "must divide layers=61" in lever.reason
-               for lever in job_levers if lever.plan["pp"] > 1)
+    # a job of the same layout keeps the rule where its layer split is stated by the rule:
+    # every pipeline shape but the record's own (pp 2 x vpp 2), which its layout splits
+    workload = diagnosis.result.spec.workload
+    stated = {(layout.pp, layout.vpp) for layout in workload.pipeline_layouts}
+    assert stated == {(2, 2)}
+    job_levers = [lever for lever in rank_levers(workload, diagnosis.result.spec.plan,
+                                                 diagnosis.result.machine, CALIBRATION)
+                  if lever.plan["pp"] > 1
+                  and (lever.plan["pp"], lever.plan["vpp"]) not in stated]
+    assert job_levers and all(lever.reason and "must divide layers=61" in lever.reason
+                              for lever in job_levers)
 
 
 def test_a_bf16_job_gets_its_fp8_what_ifs_each_the_job_at_that_precision(tmp_path):

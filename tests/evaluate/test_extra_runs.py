@@ -153,3 +153,25 @@ def test_duplicate_check_would_catch_a_copied_row() -> None:
     original = _raw_runs(path)[0]
     copy = dict(original, id="copy-of-" + original["id"])
     assert _fingerprint(copy) == _fingerprint(original) and _same_throughput(copy, original)
+
+
+def test_the_nebius_deepseek_runs_are_split_as_their_torchtitan_split_them() -> None:
+    """The nebius2603 runs (torchtitan @ 1a36996b8, 61 blocks on pp 2 x vpp 2) set no
+    pipeline split, so generate_llm_fqn_per_model_part(4, 61, 1, 1) cut them with
+    pipeline_parallel_first/last_stage_less_layers at their default 1: (61 + 2) // 4 = 15
+    effective layers a stage, the first 63 % 4 = 3 one more (16, 16, 16, 15), less one at
+    each end = 15, 16, 16, 14; not full chunks of ceil(61/4) = 16 at both ends."""
+    from mosaic.export.torchtitan import stage_blocks
+    from mosaic.perf.pipeline_layout import BLOCK
+
+    assert stage_blocks(61, 4, 1, 1) == [15, 16, 16, 14]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = [record for record in load_run_records(EXTRA).records
+                   if record.id.startswith("nebius2603-deepseek-v3-b200-256-tp2pp2")]
+    assert len(records) == 3
+    for record in records:
+        (layout,) = record.workload.pipeline_layouts
+        assert [chunk.count(BLOCK) for chunk in layout.chunks] == [15, 16, 16, 14], record.id
+        # pipeline rank 0 runs stages 0 and 2, rank 1 stages 1 and 3 (looped schedule)
+        assert (layout.count(0, BLOCK), layout.count(1, BLOCK)) == (31, 30), record.id
