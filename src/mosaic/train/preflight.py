@@ -142,12 +142,9 @@ def available_memory_bytes(device_type: str, device_index: int | None = None
 
 def _host_available() -> tuple[float, str] | None:
     """The host's available memory: MemAvailable (Linux), else sysconf's free pages."""
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
-    except OSError:
-        pass
+    available = _proc_kb_line(_MEMINFO, "MemAvailable")
+    if available is not None:
+        return available, "MemAvailable in /proc/meminfo"
     try:
         pages = os.sysconf("SC_AVPHYS_PAGES")
         size = os.sysconf("SC_PAGE_SIZE")
@@ -156,10 +153,11 @@ def _host_available() -> tuple[float, str] | None:
     return float(pages * size), "available physical pages (sysconf)"
 
 
-def _status_bytes(key: str) -> float | None:
-    """A ``kB`` line of /proc/self/status (VmSize, VmData) in bytes; None if unreadable."""
+def _proc_kb_line(path: Path, key: str) -> float | None:
+    """The ``key:  N kB`` line of a /proc file (meminfo's MemAvailable, status's VmSize and
+    VmData; proc(5)) in bytes; None where the file or the line cannot be read."""
     try:
-        for line in _PROC_STATUS.read_text().splitlines():
+        for line in path.read_text().splitlines():
             if line.startswith(f"{key}:"):
                 return float(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -174,7 +172,7 @@ def _rlimit_headroom() -> list[tuple[float, str]]:
         if limit_kind is None or resource is None:
             continue
         soft, _ = resource.getrlimit(limit_kind)
-        used = _status_bytes(status_key)
+        used = _proc_kb_line(_PROC_STATUS, status_key)
         if soft == resource.RLIM_INFINITY or used is None:
             continue
         found.append((max(0.0, soft - used),
