@@ -71,3 +71,14 @@ def test_internal_error_is_one_line_exit_1(capsys, monkeypatch):
     assert stop.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "RuntimeError: kaput" in err[0]
+
+
+def test_perf_of_a_job_without_tables_imports_no_pandas_or_scipy_stats():
+    """`mosaic perf job.yaml` took 3.1 s, two thirds of it importing scipy.stats (read
+    only by the accuracy report's Spearman) and pandas (read only by measured tables)."""
+    code = ("import sys\nfrom mosaic.cli.main import main\n"
+            "sys.argv=['mosaic','perf','examples/appendix_e.yaml','--json']\n"
+            "try:\n    main()\nexcept SystemExit as stop:\n    assert not stop.code, stop.code")
+    loaded = _imported_after(code)
+    assert not [name for name in ("scipy.stats", "pandas", "matplotlib", "torch")
+                if name in loaded]

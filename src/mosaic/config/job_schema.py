@@ -521,9 +521,12 @@ def refuse_foreign_tables(hardware: HardwareBlock, base: Path, device_name: str)
     (:func:`_foreign_devices`): a CPU's GEMM times replaced an H100 job's and doubled its
     step, with one assumption line to say so (a trial). Tables without metadata are used as
     the job names them."""
+    tables = _table_paths(hardware, base)
+    if not tables:
+        return  # most jobs: no need to import the bench store (pandas: 0.5 s of start-up)
     from mosaic.bench.store import METADATA_FILE, read_metadata  # the bench's own format
 
-    for field_name, path in _table_paths(hardware, base).items():
+    for field_name, path in tables.items():
         found = [folder for folder in (path.parent, path.parent.parent)
                  if (folder / METADATA_FILE).is_file()]
         if not found:

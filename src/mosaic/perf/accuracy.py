@@ -15,7 +15,6 @@ from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 
 MIN_GROUP_RUNS = 3  # a rank correlation over fewer runs says nothing
 
@@ -82,6 +81,8 @@ def spearman_within_groups(
     labels = np.asarray(groups, dtype=object)
     if labels.shape != p.shape:
         raise ValueError(f"groups has {labels.size} labels for {p.size} values")
+    from scipy import stats  # here, not at the top: scipy.stats costs ~1 s of start-up
+
     per_group: dict[str, float] = {}
     for group in dict.fromkeys(labels.tolist()):
         members = labels == group
