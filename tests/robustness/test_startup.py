@@ -82,3 +82,13 @@ def test_perf_of_a_job_without_tables_imports_no_pandas_or_scipy_stats():
     loaded = _imported_after(code)
     assert not [name for name in ("scipy.stats", "pandas", "matplotlib", "torch")
                 if name in loaded]
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_help_of_a_fitting_command_imports_no_scipy(command):
+    """`mosaic validate --help` took 1.7 s: evaluate.calibrate imported scipy.optimize
+    (1.2 s) at the top for the one function that fits."""
+    code = ("import sys\nfrom mosaic.cli.main import main\n"
+            f"sys.argv=['mosaic','{command}','--help']\n"
+            "try:\n    main()\nexcept SystemExit as stop:\n    assert not stop.code, stop.code")
+    assert "scipy.optimize" not in _imported_after(code)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
@@ -345,6 +344,8 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
         theta = template.copy()
         theta[free] = theta_free
         return theta
+
+    from scipy.optimize import least_squares  # here: its import is 1.2 s of `validate`'s start-up
 
     fit = least_squares(lambda t: residuals(full(t)), start[free],
                         bounds=(lower[free], upper[free]), loss="soft_l1",
