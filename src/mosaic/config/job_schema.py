@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from mosaic.arch import Geometry
+from mosaic.arch import AttentionKind, Geometry
 from mosaic.config.blocks import (
     QUANTISED_GEMMS_HELP,
     BatchBlock,
@@ -91,6 +91,7 @@ from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_map
 from mosaic.stacks.registry import (
     DEFAULT_STACK,
     STACK_VERSION_PATTERN,
+    SelectiveRecompute,
     gdn_context_parallel,
     release_number_text,
 )
@@ -659,6 +660,7 @@ def job_from_document(document: dict[str, Any], where: str,
         parallelism = layout_parallelism(parallelism, notes)
         recipe = _job_recipe(performance, parallelism, model, geometry, device_name, notes)
         geometry = with_recipe_mtp_modules(geometry, recipe, notes)
+        refuse_modules_the_model_lacks(performance.recompute_modules, geometry)
         recipe_layouts = recipe.pop("pipeline_layouts", None)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
@@ -823,6 +825,32 @@ def job_from_document(document: dict[str, Any], where: str,
     )
 
 
+def refuse_modules_the_model_lacks(modules: Iterable[str] | None, geometry: Geometry) -> None:
+    """Refuse a stated ``performance.recompute_modules`` naming a part whose absence
+    Megatron-Core's TransformerConfig rejects (transformer_config.py ``__post_init__`` @
+    d98e8a64dd, a ValueError): ``mla_up_proj`` without multi-latent attention, ``moe_act``
+    without the routed experts' grouped GEMM, which a model without MoE layers has not.
+    ``moe`` and ``shared_experts`` it accepts and reads nowhere (:func:`unread_layout_settings`
+    names them)."""
+    stated = set(modules or ())
+    if "mla_up_proj" in stated and geometry.attention is not AttentionKind.MLA:
+        raise MosaicInputError(
+            f"performance.recompute_modules: mla_up_proj recomputes MLA's up-projections, and "
+            f"the model's attention is {geometry.attention.value}; Megatron-Core refuses it "
+            "('mla_up_proj in recompute_modules is only supported with "
+            "multi_latent_attention', transformer_config.py)")
+    if "moe_act" in stated and not geometry.is_moe:
+        raise MosaicInputError(
+            "performance.recompute_modules: moe_act recomputes the routed experts' "
+            "activation, and the model has no MoE layers; Megatron-Core refuses it ('moe_act "
+            "in recompute_modules is only supported with moe_grouped_gemm', "
+            "transformer_config.py)")
+
+
+# What each recompute module the model may lack recomputes (unread_layout_settings).
+_PART_NAMES = {"moe": "MoE layers", "shared_experts": "shared experts"}
+
+
 def unread_layout_settings(workload: Workload, plan: ParallelPlans) -> list[str]:
     """One line per setting the job states that its own layout (the length-1 ``plan``) does
     not read, so that a prediction equal to the one without it is not taken for its effect.
@@ -854,10 +882,26 @@ def unread_layout_settings(workload: Workload, plan: ParallelPlans) -> list[str]
         notes.append(f"performance.recompute_modules not read: checkpointing is "
                      f"{checkpointing.name.lower()}; the modules are what selective "
                      "checkpointing recomputes")
+    elif workload.recompute_modules is not None:
+        # perf.layer_costs.recompute_modules_forward_s times a module the block has; Megatron-
+        # Core accepts these two without the part (refuse_modules_the_model_lacks)
+        moe = workload.geometry.moe
+        absent = [*(["moe"] if "moe" in workload.recompute_modules and moe is None else []),
+                  *(["shared_experts"] if "shared_experts" in workload.recompute_modules
+                    and (moe is None or not moe.shared_experts) else [])]
+        if absent:
+            notes.append(f"performance.recompute_modules {', '.join(absent)} not read: the "
+                         f"model has no {' and no '.join(_PART_NAMES[name] for name in absent)}")
+    block_level = workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
     if (workload.recompute_block_fraction is not None
-            and checkpointing is Checkpointing.NONE):
+            and (checkpointing is Checkpointing.NONE
+                 or (checkpointing is Checkpointing.SELECTIVE and not block_level))):
         # Workload.checkpointed_block_fraction: read under full and block-level selective
-        notes.append("performance.recompute_block_fraction not read: checkpointing is none "
+        # (perf.step_time); Megatron-Core's selective recompute takes no layer count
+        # (transformer_config.py: 'recompute_num_layers must be None' under selective)
+        how = ("none" if checkpointing is Checkpointing.NONE else
+               f"selective, which {workload.stack} runs per module, not per block")
+        notes.append(f"performance.recompute_block_fraction not read: checkpointing is {how} "
                      "(it is the share of blocks full or block-level selective checkpointing "
                      "recomputes)")
     if (workload.max_nodes_per_token is not None and workload.geometry.moe is not None
