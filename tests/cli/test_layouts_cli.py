@@ -140,6 +140,9 @@ def test_human_table(q4_job):
         (["--devices", "12"], "must be a multiple of 8 GPUs per node"),
         (["--set", "data.bogus=1"], "unknown field"),
         (["--tp", "8", "--max-tp", "4"], "--tp 8 exceeds --max-tp 4"),
+        # no layout searched has a pipeline for the flag to split (it was accepted unread)
+        (["--pp", "1", "--balanced-pipeline"], "--balanced-pipeline splits a pipeline, and "
+                                               "pp is pinned to 1"),
     ],
 )
 def test_bad_input_is_one_line(q4_job, args, fragment):

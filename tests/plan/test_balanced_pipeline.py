@@ -171,3 +171,16 @@ def test_the_plans_report_and_printout_name_the_layout(law, calibration, capsys)
     print_envelope(result, run_cost(result.envelope, None))
     out = capsys.readouterr().out
     assert "Et|t*3|tt|mL" in out and "balanced Megatron layouts" in out
+
+
+def test_balanced_pipeline_with_pp_pinned_to_one_is_refused_before_the_search():
+    """--pp 1 leaves no pipelined layout for --balanced-pipeline to split: the plan was the
+    one without the flag, and said nothing of it."""
+    result = CliRunner().invoke(app, ["plan", "--balanced-pipeline", "--pp", "1", "--q", "8",
+                                      "--experts", "64", "--top-k", "8", "--split-factor", "8",
+                                      "--nodes", "4", "--workers", "1", "--stack",
+                                      "megatron-core"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: --balanced-pipeline splits a pipeline, and pp is pinned to 1 (no layout "
+        "searched has one): allow pp > 1, or drop --balanced-pipeline")

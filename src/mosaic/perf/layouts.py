@@ -335,7 +335,13 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     states none for (:func:`~mosaic.perf.pipeline_layout.balanced_layout`: the embedding,
     the loss and the MTP modules as layer slots, as Megatron-Core's
     --pipeline-model-parallel-layout places them), so pp need not divide the layers: every
-    divisor of the device count is tried, up to one slot per chunk."""
+    divisor of the device count is tried, up to one slot per chunk. Limits that pin pp to
+    1 are refused: no layout would read the flag."""
+    if limits.pp is not None and max(np.atleast_1d(limits.pp).tolist()) == 1:
+        # every layout searched runs without a pipeline: the flag would change nothing
+        raise MosaicInputError("--balanced-pipeline splits a pipeline, and pp is pinned to 1 "
+                               "(no layout searched has one): allow pp > 1, or drop "
+                               "--balanced-pipeline")
     geometry = workload.geometry
     if geometry.is_hybrid or uses_dualpipe(workload):
         raise MosaicInputError("balanced pipeline layouts are Megatron-Core layouts of a "
