@@ -37,6 +37,9 @@ def _step_and_notes(*overrides: str) -> tuple[float, tuple[str, ...]]:
      "performance.recompute_block_fraction not read"),
     # the pairwise all-to-all sends every routed copy: no per-node deduplication to bound
     ("performance.max_nodes_per_token=2", (), "performance.max_nodes_per_token 2 not read"),
+    # ep 1: no EP all-to-all to overlap (Megatron-Core asserts expert parallelism for it)
+    ("parallelism.ep_overlap=true", ("parallelism.ep=1", "performance.checkpointing=selective"),
+     "parallelism.ep_overlap not read"),
 ])
 def test_an_unread_setting_changes_nothing_and_is_named(setting, context, unread):
     base_step, base_notes = _step_and_notes(*context)
@@ -55,6 +58,8 @@ def test_an_unread_setting_changes_nothing_and_is_named(setting, context, unread
     # ep 32 spans 4 nodes of 8 GPUs: at most 2 of them per token binds
     ("performance.max_nodes_per_token=2", ("parallelism.dispatcher=deepep", "parallelism.ep=32"),
      "max_nodes_per_token 2 not read"),
+    ("parallelism.ep_overlap=true", ("performance.checkpointing=selective",),
+     "ep_overlap not read"),
 ])
 def test_a_setting_its_layout_reads_changes_the_step_without_the_note(setting, context,
                                                                      unread):
@@ -62,3 +67,19 @@ def test_a_setting_its_layout_reads_changes_the_step_without_the_note(setting, c
     step, notes = _step_and_notes(*context, setting)
     assert step != base_step
     assert not any(unread in line for line in notes), notes
+
+
+def test_a_dispatcher_on_a_dense_model_changes_nothing_and_is_named(tmp_path):
+    """A dense model dispatches no token (Megatron-Bridge skips DeepEP/HybridEP for it)."""
+    import re
+
+    dense = tmp_path / "dense.yaml"
+    dense.write_text(re.sub(r"\nmoe:\n(  .*\n)+", "\n", JOB.read_text()).replace("ep: 8",
+                                                                                   "ep: 1"))
+    base = load_job(dense, [])
+    spec = load_job(dense, ["parallelism.dispatcher=deepep"])
+    step = float(predict_job(spec, CALIBRATION).prediction.step_time_s[0])
+    assert step == float(predict_job(base, CALIBRATION).prediction.step_time_s[0])
+    line = ("parallelism.dispatcher deepep not read: the model has no MoE layers, so no token "
+            "is dispatched to an expert")
+    assert line in spec.assumptions and line not in base.assumptions

@@ -664,6 +664,12 @@ def job_from_document(document: dict[str, Any], where: str,
         recipe_layouts = recipe.pop("pipeline_layouts", None)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
+        if parallelism.dispatcher is not None and not geometry.is_moe:
+            # Megatron-Bridge's apply_flex_dispatcher_backend skips a model without experts
+            # ('DeepEP and HybridEP are only applicable to MoE models', flex_dispatcher_
+            # backend.py); perf reads the dispatcher in MoE layers only
+            notes.append(f"parallelism.dispatcher {parallelism.dispatcher} not read: the model "
+                         "has no MoE layers, so no token is dispatched to an expert")
         fp8_recipe = _job_fp8_recipe(performance, notes)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
@@ -904,6 +910,13 @@ def unread_layout_settings(workload: Workload, plan: ParallelPlans) -> list[str]
         notes.append(f"performance.recompute_block_fraction not read: checkpointing is {how} "
                      "(it is the share of blocks full or block-level selective checkpointing "
                      "recomputes)")
+    if workload.ep_overlap and workload.geometry.moe is not None and int(row["ep"]) == 1:
+        # perf.layer_costs.charged_all_to_all_s overlaps the EP all-to-alls, which ep 1 has
+        # none of; Megatron-Core asserts 'overlap_moe_expert_parallel_comm is only supported
+        # with expert model parallelism' (transformer_config.py @ d98e8a64dd)
+        notes.append("parallelism.ep_overlap not read: ep=1 runs no EP all-to-all to overlap "
+                     "(Megatron-Core refuses --overlap-moe-expert-parallel-comm without "
+                     "expert parallelism)")
     if (workload.max_nodes_per_token is not None and workload.geometry.moe is not None
             and not workload.dispatcher.deduplicates_per_node):
         # perf.routing_load.max_domains_per_token bounds a deduplicating dispatch only
