@@ -50,6 +50,7 @@ def megatron_parser() -> argparse.ArgumentParser:
             "moe-shared-expert-intermediate-size", "mtp-num-layers", "q-lora-rank",
             "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
             "tensor-model-parallel-size", "pipeline-model-parallel-size",
+            "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
             "context-parallel-size", "expert-model-parallel-size",
             "expert-tensor-parallel-size", "num-virtual-stages-per-pipeline-rank",
             "micro-batch-size", "global-batch-size", "recompute-num-layers",
@@ -1077,3 +1078,71 @@ def test_a_target_loss_plan_says_its_export_is_not_the_cheapest_budget(tmp_path,
         assert "warning: this is the planned envelope's pick" in result.stderr
     plain = runner.invoke(app, ["export", str(plan_json), "--to", "yaml"])
     assert "cheapest budget" not in plain.output
+
+
+def test_uneven_split_of_another_stack_is_written_for_megatron_core(tmp_path):
+    """A torchtitan job's uneven split (its stack trait extra_first: 61 blocks on pp 4 as
+    16, 15, 15, 15, by hand 61 = 4·15 + 1) is stated to Megatron-Core instead of flagged:
+    as the first rank's size where the middle ranks are even (Megatron-LM
+    --decoder-first-pipeline-num-layers, TransformerConfig num_layers_in_first_pipeline_
+    stage for NeMo), else as a layout (62 blocks: 16, 16, 15, 15; 61 on pp 4 x vpp 2:
+    chunks 8, 8, 8, 8, 8, 7, 7, 7), the embedding in the first chunk and the loss in the
+    last. A job that states no split (uneven_stages unstated) stays flagged."""
+    def spec(layers: int, *overrides: str) -> ExportSpec:
+        return load_export_spec(JOB, [f"model.layers={layers}", "parallelism.pp=4",
+                                      "parallelism.dp=128", "parallelism.vpp=1",
+                                      "performance.uneven_stages=true",
+                                      "performance.stack=torchtitan", "optimizer.kind=adamw",
+                                      "parallelism.sharding=fsdp", *overrides], None)
+
+    def uneven_notes(result) -> list[str]:
+        return [note for note in result.unsupported if "pipeline" in note]
+
+    first = export(spec(61), "megatron")
+    a = parse_megatron(first.text)
+    assert a.decoder_first_pipeline_num_layers == 16
+    assert a.decoder_last_pipeline_num_layers is None
+    assert a.pipeline_model_parallel_layout is None and uneven_notes(first) == []
+    model = yaml.safe_load(export(spec(61), "nemo").text)["model"]
+    assert (model["num_layers_in_first_pipeline_stage"],
+            model["num_layers_in_last_pipeline_stage"],
+            model["pipeline_model_parallel_layout"]) == (16, None, None)
+
+    layout = export(spec(62), "megatron")
+    assert parse_megatron(layout.text).pipeline_model_parallel_layout == (
+        "Et*16|t*16|t*15|t*15L")
+    assert parse_megatron(layout.text).decoder_first_pipeline_num_layers is None
+    assert uneven_notes(layout) == []
+    interleaved = parse_megatron(export(spec(61, "parallelism.vpp=2"), "megatron").text)
+    assert interleaved.pipeline_model_parallel_layout == "Et*8|(t*8|)*4t*7|t*7|t*7L"
+    assert interleaved.num_virtual_stages_per_pipeline_rank is None  # the layout sets it
+
+    unstated = export(spec(61, "performance.uneven_stages=unstated"), "megatron")
+    assert parse_megatron(unstated.text).decoder_first_pipeline_num_layers is None
+    assert any(note.startswith("uneven pipeline stages (61 layers on pp·vpp = 4): the job "
+                               "does not state the split") for note in unstated.unsupported)
+
+
+def test_uneven_split_for_a_release_before_the_layout_flag():
+    """--pipeline-model-parallel-layout came with Megatron-Core core_v0.13.0 (Megatron-LM
+    77732c3628) and first ships in a known NeMo release at 25.09 (Megatron Core 0.14.0),
+    --decoder-first/last-pipeline-num-layers with core_v0.9.0 (NeMo 24.09). A Megatron-Core
+    job naming 25.02 gets its remainder-last split (61 on pp 4: 16, 16, 16, 13) as the last
+    rank's 13 instead of the layout it is costed as; a split only the layout gives (62 by
+    torchtitan) is written and its release said."""
+    base = ["model.layers=61", "parallelism.pp=4", "parallelism.dp=128", "parallelism.vpp=1",
+            "performance.uneven_stages=true", "optimizer.kind=adamw",
+            "performance.stack_version=25.02"]
+    megatron = export(load_export_spec(JOB, [*base, "performance.stack=megatron-core"],
+                                       None), "megatron")
+    a = parse_megatron(megatron.text)
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers,
+            a.pipeline_model_parallel_layout) == (None, 13, None)
+    current = export(load_export_spec(JOB, [*base[:-1], "performance.stack=megatron-core"],
+                                      None), "megatron")
+    assert parse_megatron(current.text).pipeline_model_parallel_layout == "Et*16|t*16|t*16|t*13L"
+    titan = export(load_export_spec(JOB, [*base, "model.layers=62", "performance.stack="
+                                          "torchtitan", "parallelism.sharding=fsdp"], None),
+                   "megatron")
+    assert parse_megatron(titan.text).pipeline_model_parallel_layout == "Et*16|t*16|t*15|t*15L"
+    assert any("stack_version 25.02 predates NeMo 25.09" in note for note in titan.unsupported)

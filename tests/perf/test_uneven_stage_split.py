@@ -118,3 +118,32 @@ def test_nemo_automodel_splits_as_its_hf_pipeline_splitter():
     plans = single_plan(pp=4, vpp=7, dp=2)
     assert not any("without blocks" in v.rule
                    for v in plan_violations(automodel, plans, 8) if v.violated[0])
+
+
+def test_megatron_first_and_last_stage_sizes_give_a_split_only_with_even_middle_ranks():
+    """Megatron-Core's num_layers_in_first/last_pipeline_stage fix the end ranks' blocks,
+    share the rest equally over the middle ranks and split each rank's blocks evenly over
+    its virtual stages (TransformerConfig 'Uneven PP' checks, transformer_block.
+    get_num_layers_to_build @ d98e8a64dd). By hand: 61 on pp 4 by torchtitan is 16, 15, 15,
+    15 (first 16, the middle share 45 / 3 = 15); 63 is 16, 16, 16, 15 (last 15); 62 is 16,
+    16, 15, 15, whose middle ranks differ; Megatron's own 61 is 16, 16, 16, 13 (last 13);
+    pp 2 leaves no middle rank: 31, 30 is first 31. Interleaved, 61 on pp 4 x vpp 2 by
+    torchtitan is chunks 8, 8, 8, 8, 8, 7, 7, 7: rank 0 holds 8 and 8, rank 1 8 and 7, so
+    no rank-wide count gives it."""
+    from mosaic.perf.pipeline_layout import first_last_stage_layers
+
+    def split(layers: int, pp: int, vpp: int, stack_split: str):
+        return first_last_stage_layers(chunk_block_counts(layers, pp * vpp, stack_split), pp)
+
+    assert chunk_block_counts(61, 4, "extra_first") == [16, 15, 15, 15]
+    assert split(61, 4, 1, "extra_first") == (16, None)
+    assert split(63, 4, 1, "extra_first") == (None, 15)
+    assert split(62, 4, 1, "extra_first") is None
+    assert split(61, 4, 1, "remainder_last") == (None, 13)
+    assert split(61, 2, 1, "extra_first") == (31, None)
+    assert chunk_block_counts(61, 8, "extra_first") == [8, 8, 8, 8, 8, 7, 7, 7]
+    assert split(61, 4, 2, "extra_first") is None
+    # a rank whose virtual stages hold equal chunks: rank totals 2·8 = 16 first, 2·7 = 14
+    # in the middle, the last 2·6 = 12
+    assert first_last_stage_layers([8, 7, 7, 6, 8, 7, 7, 6], 4) == (16, 12)
+    assert first_last_stage_layers([4, 4, 4, 4], 4) is None  # even: nothing to set

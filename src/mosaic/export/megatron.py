@@ -16,8 +16,10 @@ from mosaic.errors import MosaicInputError
 from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
+    StageSplitSpelling,
     lm_head_bias_notes,
     megatron_bias_notes,
+    megatron_stage_split,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -79,6 +81,14 @@ CUDA_CONNECTIONS_CONFLICT = ("tp or cp > 1 with {what} on Hopper or an earlier G
 FUSED_GROUPED_MLP_ENV = ("the fused grouped MLP also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in "
                          "the launch environment (Transformer Engine registers the fusion at "
                          "import; Megatron-Core runs the experts unfused without it)")
+
+
+# An uneven split's arguments (megatron/training/arguments.py _add_distributed_args
+# @ d98e8a64dd: --decoder-first/last-pipeline-num-layers set TransformerConfig
+# num_layers_in_first/last_pipeline_stage; --pipeline-model-parallel-layout)
+STAGE_SPLIT_FLAGS = StageSplitSpelling(first="--decoder-first-pipeline-num-layers",
+                                       last="--decoder-last-pipeline-num-layers",
+                                       layout="--pipeline-model-parallel-layout")
 
 
 def moe_layer_freq(spec: ExportSpec) -> str:
@@ -223,21 +233,23 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
              ("--context-parallel-size", str(spec.cp)),
              ("--expert-model-parallel-size", str(spec.ep)),
              ("--expert-tensor-parallel-size", str(spec.etp))]
-    if spec.pipeline_layout is not None:  # it sets vpp: arguments.py allows one of the two
-        args.append(("--pipeline-model-parallel-layout", spec.pipeline_layout))
+    split = megatron_stage_split(spec, STAGE_SPLIT_FLAGS)
+    layout = spec.pipeline_layout if split is None else split.layout
+    if layout is not None:  # it sets vpp: arguments.py allows one of the two
+        args.append(("--pipeline-model-parallel-layout", layout))
     elif spec.vpp > 1 and not g.is_hybrid:  # a hybrid pattern's '|' segments set it
         args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
+    if split is not None:  # (the first and last ranks' blocks, with vpp: split over it)
+        if split.first_layers is not None:
+            args.append((STAGE_SPLIT_FLAGS.first, str(split.first_layers)))
+        if split.last_layers is not None:
+            args.append((STAGE_SPLIT_FLAGS.last, str(split.last_layers)))
+        unsupported += split.notes
     if spec.vocab_in_pipeline_split:  # TransformerConfig account_for_*_in_pipeline_split
         args += [("--account-for-embedding-in-pipeline-split", None),
                  ("--account-for-loss-in-pipeline-split", None)]
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-LM"))
-    if spec.uneven_stages and not g.is_hybrid and spec.pipeline_layout is None:
-        # (a hybrid's '|' segments or a stated layout carry the split)
-        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
-                           f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
-                           "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
-                           "layout by hand")
     if ((spec.tp > 1 or spec.cp > 1) and not spec.megatron_fsdp and not spec.megatron_ep_overlap
             and spec.architecture != "blackwell"):  # unknown (a plan): said, conditionally
         unsupported.append(CUDA_CONNECTIONS_ENV)

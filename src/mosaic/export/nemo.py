@@ -32,8 +32,11 @@ from mosaic.export.megatron import (
 from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
+    MegatronStageSplit,
+    StageSplitSpelling,
     lm_head_bias_notes,
     megatron_bias_notes,
+    megatron_stage_split,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -55,19 +58,32 @@ FP8_MIXED_PRECISION = {"delayed": "bf16_with_fp8_delayed_scaling_mixed",
 MIXED_PRECISION_TARGET = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
 
 
-def pipeline_split_fields(spec: ExportSpec) -> dict[str, Any]:
+# An uneven split's TransformerConfig fields (megatron/core/transformer/transformer_config.py
+# @ d98e8a64dd), as Megatron-Bridge's recipes set them
+STAGE_SPLIT_FIELDS = StageSplitSpelling(first="num_layers_in_first_pipeline_stage",
+                                        last="num_layers_in_last_pipeline_stage",
+                                        layout="pipeline_model_parallel_layout")
+
+
+def pipeline_split_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     """TransformerConfig's pipeline-split fields, every one stated: the file is merged over a
     recipe, and a recipe's own split would stay (Megatron-Bridge recipes/qwen/h100/
     qwen3_moe.py l. 261 @ 067f987 sets account_for_*_in_pipeline_split, recipes/glm/gb200/
     glm5.py l. 54 num_layers_in_first_pipeline_stage, recipes/deepseek/h100/deepseek_v3.py
     a layout): another split than mosaic costed, or, beside the file's layout, a ValueError
     ("pipeline_model_parallel_layout cannot be set with other pipeline layout arguments",
-    megatron/core/transformer/transformer_config.py l. 2242-2259 @ d98e8a64dd)."""
+    megatron/core/transformer/transformer_config.py l. 2242-2259 @ d98e8a64dd). An uneven
+    split is the costed one (:func:`~mosaic.export.spec.megatron_stage_split`); what it
+    cannot state goes to ``unsupported``."""
+    split = megatron_stage_split(spec, STAGE_SPLIT_FIELDS)
+    if split is None:
+        split = MegatronStageSplit(layout=spec.pipeline_layout)
+    unsupported.extend(split.notes)
     return {"account_for_embedding_in_pipeline_split": spec.vocab_in_pipeline_split,
             "account_for_loss_in_pipeline_split": spec.vocab_in_pipeline_split,
-            "num_layers_in_first_pipeline_stage": None,
-            "num_layers_in_last_pipeline_stage": None,
-            "pipeline_model_parallel_layout": spec.pipeline_layout}
+            STAGE_SPLIT_FIELDS.first: split.first_layers,
+            STAGE_SPLIT_FIELDS.last: split.last_layers,
+            STAGE_SPLIT_FIELDS.layout: split.layout}
 
 
 def recipe_resets(spec: ExportSpec) -> dict[str, Any]:
@@ -402,7 +418,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "moe_router_load_balancing_type / moe_aux_loss_coeff to change it")
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
-    if spec.uneven_stages and spec.pipeline_layout is None:  # (a layout carries the split)
+    if spec.uneven_stages and spec.geometry.is_hybrid:  # (pipeline_split_fields: the rest)
         unsupported.append(
             f"uneven pipeline stages ({model['num_layers']} layers on pp·vpp = "
             f"{spec.pp * spec.vpp}): "
@@ -421,7 +437,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "recompute_granularity": None if spec.checkpointing == "none" else spec.checkpointing,
     }
     model |= recompute_fields(spec, unsupported)
-    model |= pipeline_split_fields(spec)
+    model |= pipeline_split_fields(spec, unsupported)
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-Bridge"))
     if spec.offloaded_activation_layers:  # ModelParallelConfig cpu_offloading(_num_layers)

@@ -14,7 +14,16 @@ import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for, stages_uneven
+from mosaic.perf.pipeline_layout import (
+    BLOCK,
+    blocks_per_chunk,
+    chunk_block_counts,
+    chunk_layout,
+    expand_layout,
+    first_last_stage_layers,
+    layout_for,
+    stages_uneven,
+)
 from mosaic.perf.plan import default_sequence_parallel
 from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
@@ -112,6 +121,10 @@ class ExportSpec:
     # uneven_stages true, which targets without the layout flag express their own way
     pipeline_layout: str | None = None
     pipeline_layout_derived: bool = False
+    # how the costed plan cuts the blocks where pp·vpp leaves them uneven: the stack's split
+    # under uneven_stages true (Workload.stage_split, remainder_last or extra_first), None
+    # where no split is stated (uneven_stages unstated: a recorded one; a plan)
+    stage_split: str | None = None
     routing_imbalance: float | None = None
     # the stack's pipeline schedule trait (stacks.yaml pipeline_schedule; 'dualpipe' for
     # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
@@ -396,6 +409,16 @@ class ExportSpec:
         return bool(stages_uneven(self.geometry.layers, self.pp * self.vpp,
                                   self.vocab_in_pipeline_split))
 
+    def costed_chunk_blocks(self) -> list[int]:
+        """Transformer blocks of each of the pp·vpp pipeline chunks as mosaic costed them: a
+        pipeline layout's chunks (stated, or the remainder-last split of a Megatron-Core
+        stack's uneven_stages), else the stated split or the stack's (trait
+        ``uneven_stage_split``, :func:`~mosaic.perf.pipeline_layout.chunk_block_counts`)."""
+        if self.pipeline_layout is not None:
+            return [chunk.count(BLOCK) for chunk in expand_layout(self.pipeline_layout)]
+        split = self.stage_split or get_stack(self.stack).uneven_stage_split
+        return chunk_block_counts(self.geometry.layers, self.pp * self.vpp, split)
+
     @property
     def n_devices(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
@@ -466,6 +489,92 @@ class ExportSpec:
 # Transformer Engine takes a sliding window under context parallelism only over a2a or
 # all_gather (context_parallel.py asserts); Megatron's default cp_comm_type is p2p
 WINDOW_CP_NOTE = "context parallelism over a2a (a sliding window needs it): costed as the ring"
+
+
+# The first release (a job's stack_version, YY.MM) with each Megatron-Core argument for an
+# uneven split: num_layers_in_first/last_pipeline_stage (--decoder-first/last-pipeline-num-
+# layers) came with core_v0.9.0 (NVIDIA/Megatron-LM fa8bb5921b "Uneven Pipeline
+# Parallelism", 2024-09), which NeMo 24.09 ships (NeMo docs, software component versions);
+# pipeline_model_parallel_layout with core_v0.13.0 (77732c3628, 2025-06), and the first
+# release known to ship one is NeMo 25.09, Megatron Core 0.14.0 (Megatron-Bridge
+# docs/releases/software-versions.md; 25.07's is not on record)
+FIRST_LAST_STAGE_SINCE = (24, 9)
+PIPELINE_LAYOUT_SINCE = (25, 9)
+
+
+@dataclass(frozen=True)
+class StageSplitSpelling:
+    """A Megatron-Core target's names for the split's settings (Megatron-LM flags, or
+    TransformerConfig fields as Megatron-Bridge sets them)."""
+
+    first: str
+    last: str
+    layout: str
+
+
+@dataclass(frozen=True)
+class MegatronStageSplit:
+    """How a Megatron-Core file states the costed uneven split: the blocks of the first and
+    last pipeline ranks (None: the middle ranks' share), or a layout; ``notes``: what it
+    cannot state, or a stated release that may lack what it writes."""
+
+    first_layers: int | None = None
+    last_layers: int | None = None
+    layout: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def megatron_stage_split(spec: ExportSpec, names: StageSplitSpelling
+                         ) -> MegatronStageSplit | None:
+    """The costed uneven split (:meth:`ExportSpec.costed_chunk_blocks`) as Megatron-Core
+    states it: the first/last rank sizes where they give it
+    (:func:`~mosaic.perf.pipeline_layout.first_last_stage_layers`, the older arguments),
+    else the layout (a derived one as costed; one from the chunks otherwise), the layout
+    first for a derived one unless the job's release predates it. None where no split is
+    to be stated: even stages, or a hybrid pattern's '|' segments or a stated layout carry
+    it."""
+    if (not spec.uneven_stages or spec.geometry.is_hybrid
+            or (spec.pipeline_layout is not None and not spec.pipeline_layout_derived)):
+        return None
+    stages = f"{spec.geometry.layers} layers on pp·vpp = {spec.pp * spec.vpp}"
+    if spec.vocab_in_pipeline_split:
+        # TransformerConfig raises a ValueError for either beside account_for_*_in_pipeline_
+        # split, and with those Megatron-LM asserts (layers + 2) % pp == 0 (@ d98e8a64dd)
+        return MegatronStageSplit(notes=(
+            f"uneven pipeline stages ({stages}, the embedding and the loss counted as "
+            f"layers): Megatron-Core takes neither {names.first} / {names.last} nor "
+            f"{names.layout} beside account_for_embedding/loss_in_pipeline_split, and with "
+            "them needs layers + 2 divisible by pp; state the split as a layout by hand in "
+            "their place",))
+    if spec.stage_split is None:
+        return MegatronStageSplit(notes=(
+            f"uneven pipeline stages ({stages}): the job does not state the split "
+            "(performance.uneven_stages unstated, costed with full first and last chunks): "
+            f"set {names.first} / {names.last} or {names.layout} by hand",))
+    from mosaic.stacks.registry import format_release, parse_release
+
+    counts = spec.costed_chunk_blocks()
+    release = parse_release(spec.stack_version)
+    before_layout = release is not None and release < PIPELINE_LAYOUT_SINCE
+    first_last = first_last_stage_layers(counts, spec.pp)
+    if first_last is not None and (not spec.pipeline_layout_derived or before_layout):
+        notes = ()
+        if release is not None and release < FIRST_LAST_STAGE_SINCE:
+            notes = (f"{names.first} / {names.last} (written for the costed split) came with "
+                     f"Megatron-Core core_v0.9.0 (NeMo {format_release(FIRST_LAST_STAGE_SINCE)}"
+                     f"); stack_version {spec.stack_version} predates them, and its "
+                     f"Megatron-Core splits the layers only evenly",)
+        return MegatronStageSplit(first_layers=first_last[0], last_layers=first_last[1],
+                                  notes=notes)
+    layout = spec.pipeline_layout or chunk_layout(counts, spec.geometry.mtp_layers)
+    notes = ()
+    if before_layout:
+        notes = (f"{names.layout} (written for the costed split, which {names.first} / "
+                 f"{names.last} cannot give: each rank's virtual stages and the middle ranks "
+                 "must hold equal blocks) came with Megatron-Core core_v0.13.0; stack_version "
+                 f"{spec.stack_version} predates NeMo {format_release(PIPELINE_LAYOUT_SINCE)} "
+                 "(Megatron Core 0.14.0), the first release known to have it",)
+    return MegatronStageSplit(layout=layout, notes=notes)
 
 
 def window_note(geometry: Geometry) -> str:
@@ -597,6 +706,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         vocab_in_pipeline_split=workload.vocab_in_pipeline_split,
         pipeline_layout=None if layout is None else layout.text,
         pipeline_layout_derived=layout is not None and layout.derived,
+        stage_split=workload.stage_split,
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=None if system is None else system.gpus_per_node,

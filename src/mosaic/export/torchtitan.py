@@ -22,7 +22,7 @@ from mosaic.export.spec import (
     window_note,
 )
 from mosaic.export.targets import ExportResult, header_lines
-from mosaic.perf.pipeline_layout import BLOCK, chunk_block_counts, expand_layout
+from mosaic.perf.pipeline_layout import chunk_block_counts
 from mosaic.stacks import default_loss, get_stack
 
 
@@ -269,21 +269,17 @@ def stage_blocks(layers: int, stages: int, input_weight: int, output_weight: int
 
 
 def costed_stage_blocks(spec: ExportSpec) -> list[int]:
-    """Transformer blocks of each of the pp·vpp virtual stages as mosaic costed the plan: a
-    pipeline layout's chunks (stated, or the remainder-last split of a Megatron-Core stack's
-    uneven_stages), else the split of the job's stack (trait ``uneven_stage_split``,
-    :func:`~mosaic.perf.pipeline_layout.chunk_block_counts`: torchtitan's own for a
-    torchtitan job) or, with the embedding and the loss in the split, torchtitan's with
+    """Transformer blocks of each of the pp·vpp virtual stages as mosaic costed the plan
+    (:meth:`ExportSpec.costed_chunk_blocks`: a pipeline layout's chunks, else the split of
+    the job's stack, torchtitan's own for a torchtitan job) or, without a layout and with
+    the embedding and the loss in the split, torchtitan's with
     weights of 1, which is mosaic's equal slots where pp·vpp divides layers + 2 (the rule
     perf.constraints sets)."""
-    layers, stages = spec.geometry.layers, spec.pp * spec.vpp
-    if spec.pipeline_layout is not None:
-        return [chunk.count(BLOCK) for chunk in expand_layout(spec.pipeline_layout)]
-    if spec.vocab_in_pipeline_split:
-        weighted = stage_blocks(layers, stages, 1, 1)
+    if spec.pipeline_layout is None and spec.vocab_in_pipeline_split:
+        weighted = stage_blocks(spec.geometry.layers, spec.pp * spec.vpp, 1, 1)
         if weighted is not None:
             return weighted
-    return chunk_block_counts(layers, stages, get_stack(spec.stack).uneven_stage_split)
+    return spec.costed_chunk_blocks()
 
 
 def stage_count_settings(spec: ExportSpec, weight: int) -> dict[str, Any] | None:

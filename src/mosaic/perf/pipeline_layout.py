@@ -283,15 +283,54 @@ def leaves_empty_chunk(layers: Any, chunks: Any, split: StageSplit) -> Any:
     return (chunks - 1) * blocks_per_chunk(layers, chunks) >= layers
 
 
-def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
-    """The split of a job's ``uneven_stages: true`` as a layout: pp·vpp chunks of
-    ceil(L/(pp·vpp)) blocks in order, the short one last, the embedding in the first chunk
-    and the MTP modules and the loss in the last (where Megatron-Core places them without a
-    layout); the string Megatron's --pipeline-model-parallel-layout takes for it."""
-    body = [BLOCK * count for count in chunk_block_counts(layers, pp * vpp, "remainder_last")]
+def chunk_layout(counts: list[int], mtp_layers: int) -> str:
+    """The layout of chunks holding ``counts[c]`` blocks each, in order, the embedding in the
+    first chunk and the MTP modules and the loss in the last (where Megatron-Core places
+    them without a layout): the string Megatron's --pipeline-model-parallel-layout takes
+    for that split."""
+    body = [BLOCK * count for count in counts]
     body[0] = EMBEDDING + body[0]
     body[-1] += MTP * mtp_layers + LOSS
     return _join_chunks([_run_length(chunk) for chunk in body])
+
+
+def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
+    """The split of a job's ``uneven_stages: true`` on a remainder-last stack as a layout
+    (:func:`chunk_layout`): pp·vpp chunks of ceil(L/(pp·vpp)) blocks in order, the short one
+    last."""
+    return chunk_layout(chunk_block_counts(layers, pp * vpp, "remainder_last"), mtp_layers)
+
+
+def first_last_stage_layers(counts: list[int], pp: int
+                            ) -> tuple[int | None, int | None] | None:
+    """The blocks Megatron-Core's ``num_layers_in_first_pipeline_stage`` /
+    ``num_layers_in_last_pipeline_stage`` (--decoder-first/last-pipeline-num-layers) give
+    the first and last pipeline ranks for the chunk block ``counts`` (chunk c on rank
+    c mod pp), None for a rank that takes the middle ranks' share; None where they cannot
+    give these counts, or the counts are even (nothing to set). Megatron-Core gives each
+    middle rank an equal share of the blocks the first and last leave and splits every
+    rank's blocks evenly over its virtual stages, each count above 0
+    (TransformerConfig.__post_init__ 'Uneven PP' checks and transformer_block.
+    get_num_layers_to_build, NVIDIA/Megatron-LM @ d98e8a64dd): so each rank's chunks must
+    be equal, and the middle ranks' totals too. 61 blocks on pp 4 cut
+    16, 15, 15, 15 are (16, None); an interleaved extra_first split never is (its longer
+    chunks sit in the first virtual stages)."""
+    if pp < 2 or len(counts) % pp or min(counts) <= 0:
+        return None
+    vpp = len(counts) // pp
+    totals = []
+    for rank in range(pp):
+        chunks = {counts[stage * pp + rank] for stage in range(vpp)}
+        if len(chunks) != 1:
+            return None
+        totals.append(vpp * chunks.pop())
+    middle = totals[1:-1]
+    if len(set(middle)) > 1:
+        return None
+    share = middle[0] if middle else totals[-1]  # pp 2: the last rank takes the rest
+    first = totals[0] if totals[0] != share else None
+    last = totals[-1] if middle and totals[-1] != share else None
+    return None if first is None and last is None else (first, last)
 
 
 def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
