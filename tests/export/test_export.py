@@ -992,6 +992,30 @@ def test_hybridep_on_a100_is_refused_as_perf_refuses_it():
         assert result.exit_code == 2 and "Tensor Memory Accelerator" in result.output
 
 
+def test_a_dispatcher_the_stack_has_no_path_to_is_refused_by_perf_export_and_plan():
+    """torchtitan's expert_parallel_comm_backend is "standard" or "deepep" (config/
+    job_config.py @ 1a36996b8) and the paper's stack runs the all-to-all only (Appendix
+    F.3): a HybridEP or DeepEP job on them was costed as if they ran it (a review)."""
+    from mosaic.perf.machine import stack_dispatcher_refusal
+    from mosaic.perf.workload import Dispatcher
+
+    assert "runs alltoall, deepep" in stack_dispatcher_refusal("torchtitan", Dispatcher.HYBRIDEP)
+    assert stack_dispatcher_refusal("torchtitan", Dispatcher.DEEPEP) is None
+    assert "runs alltoall" in stack_dispatcher_refusal("paper-nemo", Dispatcher.DEEPEP)
+    assert stack_dispatcher_refusal("megatron-core", Dispatcher.HYBRIDEP) is None
+    assert stack_dispatcher_refusal("other", Dispatcher.HYBRIDEP) is None  # unknown software
+    overrides = ["--set", "performance.stack=torchtitan", "--set", "parallelism.vpp=1",
+                 "--set", "parallelism.dispatcher=hybridep"]
+    for command in (["export", str(JOB), "--to", "megatron"], ["perf", str(JOB)]):
+        result = runner.invoke(app, [*command, *overrides])
+        assert result.exit_code == 2 and "stack torchtitan: the stack has no hybridep" in (
+            result.output), result.output
+    plan = runner.invoke(app, ["plan", "--stack", "torchtitan", "--dispatcher", "hybridep",
+                               "--q", "8", "--experts", "64", "--top-k", "8",
+                               "--split-factor", "8", "--nodes", "4", "--workers", "1"])
+    assert plan.exit_code == 2 and "--dispatcher hybridep on stack torchtitan" in plan.output
+
+
 @pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
 def test_a_launch_config_read_back_is_named_as_such(target, tmp_path):
     """`mosaic perf` on an exported torchtitan TOML said 'malformed YAML', on a MaxText file

@@ -113,7 +113,7 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
         return spec, None
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
-    from mosaic.perf.machine import check_dispatcher_on_device, check_precision_on_device
+    from mosaic.perf.machine import check_dispatcher_runs, check_precision_on_device
 
     # a profile asked for by name is loaded before anything is costed: a bad one is an
     # error, as in every other command (a trial got a note and exit 0)
@@ -125,8 +125,8 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     # check_mxfp8_support fails there; a review: HybridEP on A100)
     check_precision_on_device(cluster.system.device, job.workload.precision,
                               job.workload.fp8_recipe)
-    check_dispatcher_on_device(cluster.system.device.name, job.workload.dispatcher,
-                               job.workload.geometry.moe is not None)
+    check_dispatcher_runs(cluster.system.device.name, job.workload.stack,
+                          job.workload.dispatcher, job.workload.geometry.moe is not None)
     try:  # and its memory verdict, where the model can cost the job
         # (under the calibration the user plans with: a fitted memory scale moves the
         # verdict, a review)

@@ -23,6 +23,8 @@ from mosaic.perf.kernels import (
     fp8_attention_efficiency,
 )
 from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, precision_lane
+from mosaic.stacks import get_stack
+from mosaic.stacks.registry import OTHER_STACK
 from mosaic.units import GIB
 
 # Streaming multiprocessors assumed for a device whose catalog entry states no count and
@@ -196,11 +198,32 @@ def dispatcher_refusal(device_name: str, dispatcher: Dispatcher,
             "docs/README_Hybrid-EP.md); use deepep or alltoall there")
 
 
-def check_dispatcher_on_device(device_name: str, dispatcher: Dispatcher, moe: bool,
-                               named: str = "dispatcher") -> None:
-    """Refuse an MoE's EP dispatcher the device cannot run (:func:`dispatcher_refusal`); a
-    dense model dispatches no tokens. One check for a job, its export and a plan."""
-    refusal = dispatcher_refusal(device_name, dispatcher, named) if moe else None
+def stack_dispatcher_refusal(stack: str, dispatcher: Dispatcher,
+                             named: str = "dispatcher") -> str | None:
+    """Why ``stack`` cannot run ``dispatcher``, or None: a deduplicating dispatcher (DeepEP,
+    HybridEP) the stack has no path to (trait ``moe_flex_dispatchers``: torchtitan's
+    expert_parallel_comm_backend offers "standard" or "deepep" only, config/job_config.py @
+    1a36996b8). The 'other' stack, an unknown one, is not refused."""
+    if dispatcher is Dispatcher.ALLTOALL or stack == OTHER_STACK:
+        return None
+    runs = get_stack(stack).moe_flex_dispatchers
+    if dispatcher.value in runs:
+        return None
+    offered = ", ".join(("alltoall", *runs))
+    return (f"{named} {dispatcher.value} on stack {stack}: the stack has no "
+            f"{dispatcher.value} path (docs/stacks.md, trait moe_flex_dispatchers); it "
+            f"runs {offered}")
+
+
+def check_dispatcher_runs(device_name: str, stack: str, dispatcher: Dispatcher, moe: bool,
+                          named: str = "dispatcher") -> None:
+    """Refuse an MoE's EP dispatcher the device (:func:`dispatcher_refusal`) or the stack
+    (:func:`stack_dispatcher_refusal`) cannot run; a dense model dispatches no tokens. One
+    check for a job, its export and a plan."""
+    if not moe:
+        return
+    refusal = (dispatcher_refusal(device_name, dispatcher, named)
+               or stack_dispatcher_refusal(stack, dispatcher, named))
     if refusal is not None:
         raise MosaicInputError(refusal)
 

@@ -61,7 +61,7 @@ from mosaic.perf.layer_costs import (
 )
 from mosaic.perf.machine import (
     Machine,
-    check_dispatcher_on_device,
+    check_dispatcher_runs,
     with_attention_efficiency,
     with_fp8_attention,
 )
@@ -506,7 +506,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     timing); else it is computed here.
     """
     geometry = workload.geometry
-    check_dispatcher_on_device(machine.device_name, workload.dispatcher, geometry.moe is not None)
+    check_dispatcher_runs(machine.device_name, workload.stack, workload.dispatcher,
+                          geometry.moe is not None)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
     stack_factor = calibration.attention_multiplier(workload.stack)

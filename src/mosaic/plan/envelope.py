@@ -23,7 +23,7 @@ from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits, require_pipeline_layout_flag
-from mosaic.perf.machine import check_dispatcher_on_device, check_precision_on_device
+from mosaic.perf.machine import check_dispatcher_runs, check_precision_on_device
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -194,8 +194,8 @@ class Envelope:
         # one line naming what the GPU lacks (NVFP4/MXFP8 need Blackwell; any other lane
         # needs a peak for it), the same words as a job's
         check_precision_on_device(self.system.device, self.precision, self.fp8_recipe)
-        check_dispatcher_on_device(self.system.device.name, self.dispatcher, moe=True,
-                                   named="--dispatcher")  # every candidate is an MoE
+        check_dispatcher_runs(self.system.device.name, self.stack, self.dispatcher, moe=True,
+                              named="--dispatcher")  # every candidate is an MoE
         object.__setattr__(self, "optimizer",
                            enum_member(OptimizerKind, self.optimizer, "--optimizer"))
         object.__setattr__(self, "optimizer_dtype", enum_member(
