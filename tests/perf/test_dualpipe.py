@@ -234,6 +234,26 @@ def test_a_dualpipe_layout_search_offers_only_even_pipelines():
     assert 3 in set(megatron.pp)
 
 
+def test_a_dualpipe_job_with_an_odd_pipeline_breaks_a_layout_rule():
+    """DualPipe pairs stage r with stage pp - 1 - r ("PP denotes the number of pp stages
+    (even)", deepseek-ai/DualPipe README @ 3da1bbe): a job on the stack with pp 3 breaks a
+    rule, as the layout search already drops it; pp 1, 2 and 4 do not, nor pp 3 elsewhere."""
+    from mosaic.perf.constraints import plan_violations
+
+    # 48 devices, 12 layers; a global batch of 96 divides every dp = 48/pp below
+    workload = replace(_workload("dualpipe", geometry=replace(MOE, layers=12)), global_batch=96)
+
+    def broken(stack: str, pp: int) -> list[str]:
+        plan = single_plan(pp=pp, dp=48 // pp)
+        return [v.rule for v in plan_violations(replace(workload, stack=stack), plan, 48)
+                if v.violated[0]]
+
+    assert [rule for rule in broken("dualpipe", 3) if "DualPipe" in rule]
+    for pp in (1, 2, 4):
+        assert broken("dualpipe", pp) == []
+    assert broken("megatron-core", 3) == []
+
+
 # --- the stack entry ------------------------------------------------------------------------
 def test_software_text_naming_dualpipe_maps_to_the_stack_and_nothing_else_moves():
     assert stack_for_software("a trainer with DualPipe and DeepEP").name == "dualpipe"

@@ -15,7 +15,7 @@ import numpy as np
 
 from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.schedule import laid_out, n_microbatches
+from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
 from mosaic.perf.workload import Workload
 
 
@@ -139,6 +139,10 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             _not_divisible(expert_domain, plans.expert_group_stride),
         ),
         ("vpp={vpp} > 1 needs pp > 1", (plans.vpp > 1) & (plans.pp == 1)),
+        # DualPipe pairs stage r with stage pp - 1 - r (schedule.dualpipe_pairs_stages)
+        *([("pp={pp}: DualPipe pairs stage r with stage pp − 1 − r and needs an even pp "
+            "(or pp = 1)", ~dualpipe_pairs_stages(plans.pp))]
+          if uses_dualpipe(workload) else []),
         # the interleaved schedule runs micro-batches in groups of pp per model chunk
         # (microbatch_group_size_per_vp_stage, default pp) and refuses fewer micro-batches
         # per step than pp: Megatron-Core schedules.py @ core_v0.16.0 l. 995-1003,

@@ -64,7 +64,7 @@ from mosaic.perf.plan import (
     default_sequence_parallel,
     single_plan,
 )
-from mosaic.perf.schedule import uses_dualpipe
+from mosaic.perf.schedule import dualpipe_pairs_stages, uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
 from mosaic.stacks import StackTraits, get_stack
@@ -238,9 +238,7 @@ def _pp_vpp_pairs(workload: Workload, n_devices: int,
                                    else gcd(n_devices, layers)))
     vpp = _axis(limits.vpp, np.asarray(DEFAULT_VPP))
     if uses_dualpipe(workload):
-        # DualPipe pairs stage r with stage pp - 1 - r: "PP denotes the number of pp stages
-        # (even)" (deepseek-ai/DualPipe README @ 3da1bbe)
-        return _pairs(("pp", "vpp"), pp, vpp, lambda p, v: (v == 1) & ((p == 1) | (p % 2 == 0)),
+        return _pairs(("pp", "vpp"), pp, vpp, lambda p, v: (v == 1) & dualpipe_pairs_stages(p),
                       "DualPipe needs an even pp (or none) and no virtual stages")
     return _pairs(("pp", "vpp"), pp, vpp, lambda p, v: (v == 1) | (p > 1),
                   "vpp > 1 needs pp > 1 (interleaving splits a pipeline)")

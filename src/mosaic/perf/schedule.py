@@ -64,6 +64,14 @@ def uses_dualpipe(workload: Workload) -> bool:
     return workload.traits.pipeline_schedule == "dualpipe"
 
 
+def dualpipe_pairs_stages(pp: np.ndarray) -> np.ndarray:
+    """Whether DualPipe can run ``pp`` pipeline stages: it pairs stage r with stage
+    pp − 1 − r, so pp is even ("PP denotes the number of pp stages (even)",
+    deepseek-ai/DualPipe README @ 3da1bbe), or 1 (no pipeline)."""
+    pp = np.asarray(pp)
+    return (pp == 1) | (pp % 2 == 0)
+
+
 def vocab_ends_share_a_rank(workload: Workload) -> bool:
     """Whether the embedding and the LM head sit on one rank, each run for half of the
     micro-batches (DualPipe: rank 0 holds the first and the last stage, and micro-batches
