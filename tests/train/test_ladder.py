@@ -772,3 +772,52 @@ def test_a_grid_given_to_train_and_a_job_given_to_ladder_are_named_as_such(tmp_p
     assert ladder.exit_code == 2
     assert ladder.output.startswith(f"error: {job}: a `mosaic train` job")
     assert "not a ladder grid" in ladder.output and "unknown field" not in ladder.output
+
+
+def test_sigterm_during_a_rung_stops_the_ladder_and_keeps_the_finished_rungs(
+        tmp_path, monkeypatch, capsys):
+    """One SIGTERM (Slurm's scancel or time limit) inside the second of three rungs stops
+    `mosaic ladder run` with status 130 and its resume line: the third rung does not start,
+    the first keeps its result and its runs.csv row, and the second keeps a checkpoint of
+    the steps it finished before the signal (step 1: its step 0), which a rerun resumes."""
+    import os
+    import signal
+    import sys
+
+    pytest.importorskip("torch")
+    from mosaic.cli.main import main
+    from mosaic.train.trainer import Trainer
+
+    grid = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8, 16],
+                            "top_k": [1], "split_factor": [1], "tokens": [768]})
+    out = tmp_path / "ladder"
+    names = [job.name for job in load_grid(grid)]
+    assert len(names) == 3
+    micro_batch = Trainer._micro_batch
+
+    def signalled_in_step_1_of_the_second_rung(self, micro):
+        if self.out_dir.name == names[1] and self.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return micro_batch(self, micro)
+
+    monkeypatch.setattr(Trainer, "_micro_batch", signalled_in_step_1_of_the_second_rung)
+    monkeypatch.setattr(sys, "argv", ["mosaic", "ladder", "run", str(grid), "--out", str(out)])
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 130
+    assert signal.getsignal(signal.SIGTERM) is handler
+    err = capsys.readouterr().err
+    assert "error: interrupted; resume with: mosaic ladder run" in err
+    assert not (out / "runs" / names[2]).exists()  # the next rung never started
+    assert (out / "runs" / names[0] / "result.json").exists()
+    assert [row["name"] for row in csv.DictReader((out / "runs.csv").open())] == [names[0]]
+    import torch
+
+    second = out / "runs" / names[1]
+    assert torch.load(second / "checkpoint.pt", weights_only=False)["step"] == 1
+    assert not (second / "result.json").exists()
+    monkeypatch.setattr(Trainer, "_micro_batch", micro_batch)
+    result = CliRunner().invoke(_app(), ["ladder", "run", str(grid), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3

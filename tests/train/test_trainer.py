@@ -69,12 +69,12 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
-def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resumes_exactly(tmp_path, capsys,
-                                                                          signal_name):
+def test_ctrl_c_between_steps_writes_a_checkpoint_and_resumes_exactly(tmp_path, capsys,
+                                                                      signal_name):
     """The first SIGINT (Ctrl-C) or SIGTERM (how Slurm and Kubernetes stop a job; a trial's
-    rung lost its steps since the last checkpoint) stops after the step it arrives in, with a
-    checkpoint of that step (checkpoint_every 100 would otherwise lose them all); the rerun
-    matches a whole run."""
+    rung lost its steps since the last checkpoint) that lands after a step (here while it is
+    logged) stops before the next one, with a checkpoint of the steps done (checkpoint_every
+    100 would otherwise lose them all); the rerun matches a whole run."""
     import os
     import signal
 
@@ -94,12 +94,57 @@ def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resumes_exactly(tmp_pa
     assert (f"interrupted ({signal_name}); stopping after this step to write a checkpoint"
             in capsys.readouterr().err)
     saved = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
-    assert saved["step"] == 4  # the next step read the request, then saved and stopped
+    assert saved["step"] == 3  # steps 0, 1, 2 done; no step started after the request
     assert not (tmp_path / "split" / "result.json").exists()
     resumed = train(config, tmp_path / "split")
     assert resumed.complete and resumed.smoothed_loss == whole.smoothed_loss
     losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
     assert [r["loss"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")] == losses
+
+
+def test_sigterm_inside_a_step_drops_it_and_keeps_the_steps_before(tmp_path, capsys,
+                                                                   monkeypatch):
+    """A SIGTERM in a step's forward/backward passes stopped only when the step ended (a
+    trial: a 60 s CPU step outlived Slurm's 30 s grace, and the SIGKILL lost every step since
+    the last checkpoint). Nothing of the step is applied before its optimizer step, so it is
+    dropped at once: the checkpoint holds the steps before it, the metrics end at the last of
+    them, and the rerun repeats the dropped step exactly."""
+    import os
+    import signal
+
+    from mosaic.train.trainer import Trainer
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    whole = train(config, tmp_path / "whole")
+    micro_batch = Trainer._micro_batch
+    reached: list[tuple[int, int]] = []
+
+    def signalled_in_step_2(self, micro):  # the second micro-batch of step 2 (of 2 per step)
+        reached.append((self.step, micro))
+        if (self.step, micro) == (2, 1):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return micro_batch(self, micro)
+
+    monkeypatch.setattr(Trainer, "_micro_batch", signalled_in_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "split", log=lambda record: None)
+    assert reached[-1] == (2, 1)  # stopped inside that micro-batch, not at the step's end
+    assert "interrupted (SIGTERM); stopping now: the step under way is dropped" in (
+        capsys.readouterr().err)
+    saved = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 2  # steps 0 and 1
+    assert not (tmp_path / "split" / "checkpoint.tmp").exists()
+    assert not (tmp_path / "split" / "result.json").exists()
+    assert [r["step"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")] == [0, 1]
+    monkeypatch.setattr(Trainer, "_micro_batch", micro_batch)
+    resumed = train(config, tmp_path / "split")
+    assert resumed.complete and resumed.smoothed_loss == whole.smoothed_loss
+    losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
+    assert [r["loss"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")] == losses
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # includes the controller biases
 
 
 def test_resume_inside_the_final_window_keeps_its_router_health(tmp_path):
@@ -776,3 +821,50 @@ def test_another_job_is_refused_a_folder_holding_a_partial_run_without_checkpoin
                                                    "checkpoint_every": 3}), "job")
     with pytest.warns(MosaicWarning, match="starts from step 0"):
         assert train(same, tmp_path, stop_after_steps=1).steps == 1
+
+
+def test_one_sigterm_stops_a_long_step_promptly_from_outside(tmp_path):
+    """`mosaic train` on CPU with a step of about a minute here (3072 sequences of 128 tokens
+    on one thread): one SIGTERM from another process stopped only when the step ended (a
+    trial), past Slurm's and Kubernetes' 30 s grace. Now it exits within seconds with
+    status 130 (the CLI's interrupt status), before step 0 is done: no metric record, no
+    checkpoint (nothing was trained), no partial file, run.json whole, one progress line
+    and the one error line that says how to resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    job = tiny_job(data={"format": "synthetic", "vocab": 256},
+                   run={"tokens": 2 * 3072 * 128, "seq_len": 128, "global_batch_seqs": 3072,
+                        "micro_batch_seqs": 64, "checkpoint_every": 1})
+    del job["data"]["path"]
+    path, out = tmp_path / "job.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(job))
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from mosaic.cli.main import main; main()", "train", str(path),
+         "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "run.json").exists():  # written just before the first step
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.2)
+        time.sleep(3.0)  # inside step 0's forward/backward passes
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+        waited_s = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert waited_s < 30, waited_s
+    assert "interrupted (SIGTERM); stopping now: the step under way is dropped" in stderr
+    assert "error: interrupted; resume with: mosaic train" in stderr
+    assert "Traceback" not in stderr and "step      0" not in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "run.json"]
+    assert (out / "metrics.jsonl").read_text() == ""
+    assert json.loads((out / "run.json").read_text())["total_steps"] == 2

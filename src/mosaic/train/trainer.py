@@ -54,7 +54,7 @@ from mosaic.train.expert_parallel import (
     reduce_expert_gradients,
     split_experts,
 )
-from mosaic.train.interrupt import StopRequest
+from mosaic.train.interrupt import StepAbandoned, StopRequest
 from mosaic.train.metrics import (
     FlopsAccounting,
     MetricsLog,
@@ -314,7 +314,7 @@ class Trainer:
         self.config = config
         self.out_dir = Path(out_dir)
         self.context = context or init_distributed(config.run.device)
-        self.stop_request = StopRequest()  # Ctrl-C: stop after the step, with a checkpoint
+        self.stop_request = StopRequest()  # Ctrl-C, SIGTERM: stop with a checkpoint
         self.stop_agreed = False  # some rank asked to stop; every rank saw it this step
         run = config.run
         world = self.context.world_size
@@ -369,6 +369,7 @@ class Trainer:
         # (router_health); checkpointed, so a resume inside the window keeps its earlier steps
         self.final_starved: list[float] = []
         self.step = 0
+        self._saved_step = 0  # the step of the last checkpoint written or loaded
         self._wall_s_before = 0.0
         self._started = time.perf_counter()
         device = None
@@ -417,6 +418,7 @@ class Trainer:
                        "wall_s": self.wall_s, "data_tokens": self.data.n_tokens}
             _write_checkpoint(payload, self.checkpoint_path)
         barrier(self.context)
+        self._saved_step = self.step
 
     def load_checkpoint(self) -> bool:
         """Resume from ``checkpoint.pt`` in the output folder if there is one."""
@@ -450,7 +452,7 @@ class Trainer:
                     k: (local_slice(v, self.ep) if k != "step" else v)
                     for k, v in optim_state["state"][name].items()}
         _load_state(self.model, self.optimizer, model_state, optim_state)
-        self.step = int(payload["step"])
+        self.step = self._saved_step = int(payload["step"])
         self.smoother = SmoothedLoss(self.config.run.smoothing_beta,
                                      payload["smoother"]["value"], payload["smoother"]["steps"])
         # absent from checkpoints written before router health was recorded
@@ -498,19 +500,22 @@ class Trainer:
         # ce, z, balance, and the ranks asking to stop (StopRequest): one all-reduce
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)
         common = torch.zeros(len(moe_layers), dtype=torch.float64, device=self.device)
-        for i in range(self.accumulation):
-            if context.distributed:
-                self.model.set_requires_gradient_sync(i == self.accumulation - 1)
-            ce, aux = self._micro_batch(context.rank * self.accumulation + i)
-            z = torch.stack([a.z_loss for a in aux]).sum() if aux else ce.new_zeros(())
-            balance = torch.stack([a.balance_loss for a in aux]).sum() if aux else z
-            loss = ce + routing.z_loss_coef * z + balance_coef * balance
-            (loss / self.accumulation).backward()
-            sums[:3] += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
-            for row, a in enumerate(aux):
-                step_counts[row] += a.counts.double()
-                if a.input_common is not None:
-                    common[row] += a.input_common.double()
+        # One process drops the step on a stop signal until here (StopRequest); under
+        # torchrun the ranks agree at the all-reduce below, after the step.
+        with self.stop_request.abandonable(not context.distributed):
+            for i in range(self.accumulation):
+                if context.distributed:
+                    self.model.set_requires_gradient_sync(i == self.accumulation - 1)
+                ce, aux = self._micro_batch(context.rank * self.accumulation + i)
+                z = torch.stack([a.z_loss for a in aux]).sum() if aux else ce.new_zeros(())
+                balance = torch.stack([a.balance_loss for a in aux]).sum() if aux else z
+                loss = ce + routing.z_loss_coef * z + balance_coef * balance
+                (loss / self.accumulation).backward()
+                sums[:3] += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
+                for row, a in enumerate(aux):
+                    step_counts[row] += a.counts.double()
+                    if a.input_common is not None:
+                        common[row] += a.input_common.double()
         grad_norm = self._clip_gradients(config.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -627,7 +632,13 @@ class Trainer:
         window_start = self.total_steps - final_window_steps(self.total_steps)
         with self.stop_request.installed(announce=log is not None and self.context.is_main):
             while self.step < last:
-                record = self.train_step()
+                try:
+                    record = self.train_step()
+                except StepAbandoned:  # one process, before the step applied anything
+                    self.optimizer.zero_grad(set_to_none=True)
+                    if self.step > self._saved_step:  # the steps since the last checkpoint
+                        self.save_checkpoint()
+                    raise KeyboardInterrupt from None
                 if record["step"] > 0:
                     steady_times.append(record["step_time_s"])  # step 0: warm-up costs
                 if "router" in record and record["step"] >= window_start:
