@@ -676,6 +676,30 @@ def test_an_absurd_token_budget_is_refused():
         train_config_from_mapping(tiny_job(run={"tokens": 1e30}), "job")
 
 
+def test_a_second_signal_while_a_checkpoint_is_written_leaves_no_partial_file(tmp_path,
+                                                                              monkeypatch):
+    """A second Ctrl-C or SIGTERM stops at once, also inside torch.save (a KeyboardInterrupt
+    there): the last checkpoint stays as it was, and the partial file beside it (as large as
+    a checkpoint, 16 B per parameter) is removed, not left on the disk."""
+    import mosaic.train.trainer as trainer
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 2}), "job")
+    train(config, tmp_path / "run", stop_after_steps=2)
+    saved = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+
+    def interrupted(payload, path):
+        Path(path).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer.torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "checkpoint.pt", "metrics.jsonl", "run.json"]
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == saved
+
+
 def test_a_checkpoint_that_cannot_be_written_or_read_is_one_line(tmp_path, monkeypatch):
     """A full disk made torch.save raise 'enforce fail at inline_container.cc' (an internal
     error) and left its partial file; a checkpoint cut to 50,000 bytes failed torch.load

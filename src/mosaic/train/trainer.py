@@ -263,9 +263,10 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig,
 
 def _write_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Write ``payload`` beside ``path`` and rename it over ``path`` (atomic: a crash keeps
-    the old checkpoint). A write that fails (a full disk: a trial's torch.save raised
-    'enforce fail at inline_container.cc ... unexpected pos', an internal error, and left
-    its partial file on the full disk) removes the partial file and says so in one line."""
+    the old checkpoint; an interrupted write removes its partial file). A write that fails
+    (a full disk: a trial's torch.save raised 'enforce fail at inline_container.cc ...
+    unexpected pos', an internal error, and left its partial file on the full disk) removes
+    the partial file and says so in one line."""
     partial = path.with_suffix(".tmp")
     try:
         torch.save(payload, partial)
@@ -278,6 +279,9 @@ def _write_checkpoint(payload: dict[str, Any], path: Path) -> None:
         kept = f"; {path} from the last checkpoint is kept" if path.exists() else ""
         raise MosaicInputError(f"{path}: the checkpoint could not be written ({reason}){kept}; "
                                "free space or use another --out, then rerun to resume") from None
+    except BaseException:  # a second Ctrl-C or SIGTERM mid-write (interrupt.py): stop at once
+        partial.unlink(missing_ok=True)  # without a checkpoint-sized partial file left behind
+        raise
     os.replace(partial, path)
 
 
