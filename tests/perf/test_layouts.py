@@ -341,6 +341,57 @@ def test_megatron_refuses_biased_moe_linears_beyond_etp_one():
 
 
 
+def test_stated_deepep_needs_more_than_one_rank_in_its_group():
+    """Megatron-Core's MoEFlexTokenDispatcher asserts "DeepEP dispatcher requires TPxEP > 1"
+    over expert-TP x EP (token_dispatcher.py l. 1836 @ d98e8a64dd), and Megatron-Bridge's
+    apply_flex_dispatcher_backend sets flex at any EP size; torchtitan raises at ep 1 whatever
+    etp. HybridEP has no such assert, and a dispatcher the input left to the stack's default
+    is not held to it."""
+    from dataclasses import replace
+
+    from mosaic.perf.plan import single_plan
+    from mosaic.perf.workload import Dispatcher
+
+    moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    cases = {(1, 1): True, (1, 2): False, (2, 1): False}  # (ep, etp) -> refused
+    for (ep, etp), broken in cases.items():
+        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8)
+        for stack in ("megatron-core", "megatron-bridge", "dualpipe"):
+            deepep = Workload(moe, 64, 4096, stack=stack, dispatcher=Dispatcher.DEEPEP)
+            reason = first_reason(plan_violations(deepep, plan, 16), plan, 0)
+            assert (reason is not None and "asserts TPxEP > 1" in reason) == broken, (
+                ep, etp, stack, reason)
+            for other in (replace(deepep, dispatcher=Dispatcher.HYBRIDEP),
+                          replace(deepep, dispatcher=Dispatcher.ALLTOALL),
+                          replace(deepep, dispatcher_stated=False)):
+                assert first_reason(plan_violations(other, plan, 16), plan, 0) is None
+        # torchtitan's group is EP alone: etp 2 does not make DeepEP launchable at ep 1
+        titan = Workload(moe, 64, 4096, stack="torchtitan", dispatcher=Dispatcher.DEEPEP)
+        fsdp = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP)
+        reason = first_reason(plan_violations(titan, fsdp, 16), fsdp, 0)
+        assert (reason is not None and "needs ep > 1" in reason) == (ep == 1), (ep, etp, reason)
+
+
+def test_a_search_with_deepep_stated_drops_the_layouts_without_an_expert_group():
+    """Every layout with ep·etp = 1 is rejected with the DeepEP reason; the same search on
+    the all-to-all keeps them."""
+    from dataclasses import replace
+
+    from mosaic.perf.workload import Dispatcher
+
+    limits = LayoutLimits(tp=(1, 2), pp=1, micro_batches=(1,), **PINNED_MODES)
+    deepep = replace(tiny_moe(), dispatcher=Dispatcher.DEEPEP)
+    search = search_layouts(deepep, b200_machine(1), CALIBRATION, limits)
+    alltoall = search_layouts(tiny_moe(), b200_machine(1), CALIBRATION, limits)
+    # (tp, etp) in {(1, 1), (2, 1), (2, 2)} x ep in {1, 2, 4}: ep = etp = 1 at tp 1 and 2
+    rule = next(r for r in search.rejected_counts() if "deepep" in r)
+    assert search.rejected_counts()[rule] == 2
+    assert alltoall.n_plans - search.n_plans == 2
+    assert not np.any((search.plans.ep == 1) & (search.plans.etp == 1))
+    assert np.any((alltoall.plans.ep == 1) & (alltoall.plans.etp == 1))
+    assert search.rule_example(rule).startswith("etp·ep=1·1 with the deepep dispatcher")
+
+
 def test_a_layout_under_device_memory_is_refused_by_the_headroom_not_out_of_memory(
         tight_search):
     """Between the usable share and the device's memory a layout is over the planning

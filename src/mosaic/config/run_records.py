@@ -611,6 +611,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         routing=recipe.pop("routing", entry.routing or "dropless"),
         dispatcher=dispatcher_for(entry.parallelism.dispatcher or recipe_dispatcher,
                                   stack, system.device.name, geometry.moe is not None, notes),
+        dispatcher_stated=entry.parallelism.dispatcher is not None,
         ep_overlap=entry.parallelism.ep_overlap,
         dispatch_fp8=entry.parallelism.dispatch_fp8,
         tp_comm_overlap=entry.parallelism.tp_comm_overlap,

@@ -16,7 +16,7 @@ import numpy as np
 from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
-from mosaic.perf.workload import Workload
+from mosaic.perf.workload import Dispatcher, Workload
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,22 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
                   "the expert data-parallel size tp·cp·dp/(ep·etp) (Megatron-Core)",
                   (plans.sharding == Sharding.HSDP) & _not_divisible(expert_dp, instances)))
     return rules
+
+
+def _deepep_group_rule(workload: Workload, plans: ParallelPlans) -> tuple[str, np.ndarray]:
+    """A stated DeepEP dispatcher needs more than one rank in the group it runs over (stack
+    trait ``deepep_group``): Megatron-Core's MoEFlexTokenDispatcher asserts "DeepEP
+    dispatcher requires TPxEP > 1" over expert-TP x EP (token_dispatcher.py l. 1836
+    @ d98e8a64dd; Megatron-Bridge's apply_flex_dispatcher_backend sets flex whatever the EP
+    size, flex_dispatcher_backend.py @ 067f987df); torchtitan raises at ep 1
+    (models/deepseek_v3/infra/parallelize.py @ 1a36996b8)."""
+    if workload.traits.deepep_group == "ep":
+        return ("ep={ep} with the deepep dispatcher: it needs ep > 1 (torchtitan refuses "
+                "DeepEP at expert_parallel_degree 1); state dispatcher alltoall or ep > 1",
+                plans.ep == 1)
+    return ("etp·ep={etp}·{ep} with the deepep dispatcher: Megatron-Core's flex dispatcher "
+            "asserts TPxEP > 1; state dispatcher alltoall or etp·ep > 1",
+            plans.ep * plans.etp == 1)
 
 
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
@@ -184,6 +200,9 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         )
     if moe is not None and workload.traits.megatron_moe_rules:
         rules += _megatron_moe_rules(workload, plans)
+    if (moe is not None and workload.dispatcher is Dispatcher.DEEPEP
+            and workload.dispatcher_stated and workload.traits.deepep_group is not None):
+        rules.append(_deepep_group_rule(workload, plans))
     if moe is not None and moe.shared_experts > 0:
         # the shared experts' one MLP splits over tp (its ColumnParallelLinear divides the
         # output size by the tp world size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -279,6 +279,8 @@ class Workload:
         fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
             per block for every other stack).
         dispatcher: EP token dispatch (alltoall, deepep, hybridep).
+        dispatcher_stated: the input named the dispatcher (False: the stack's default for
+            the GPU or a release recipe's, which a layout rule does not hold it to).
         cross_entropy: how the LM loss is computed (fused, fp32_upcast, compiled); None =
             the stack's ``cross_entropy`` trait (e.g. a torchtitan run with torch.compile
             on the loss states ``compiled``).
@@ -444,6 +446,9 @@ class Workload:
     vocab_in_pipeline_split: bool = False
     pipeline_layouts: Layouts = ()
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    # provenance, not behaviour: no cost reads it, so two workloads differing only here are
+    # equal (a job written back states the dispatcher it was costed with)
+    dispatcher_stated: bool = field(default=True, compare=False)
     ep_overlap: bool = False
     dispatch_fp8: bool = False
     tp_comm_overlap: bool = False

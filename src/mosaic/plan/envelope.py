@@ -121,6 +121,8 @@ class Envelope:
         stack: software stack every candidate runs on (:mod:`mosaic.stacks`); its traits
             shape the time model and the layouts a search may use.
         dispatcher: EP token dispatch of every candidate (alltoall, deepep, hybridep).
+        dispatcher_stated: the user named the dispatcher (False: the stack's default or a
+            release recipe's, not held to the stated-DeepEP layout rule).
         headroom: share of device memory a layout may fill (:mod:`mosaic.perf.headroom`);
             None = the stack's documented share, else the default 0.9.
         stack_version: the stack's release (YY.MM) the settings below were taken from;
@@ -162,6 +164,7 @@ class Envelope:
     precision: Precision = Precision.BF16
     stack: str = DEFAULT_STACK
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    dispatcher_stated: bool = True
     headroom: MemoryHeadroom | None = None
     stack_version: str | None = None
     ep_overlap: bool = False

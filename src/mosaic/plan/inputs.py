@@ -145,6 +145,7 @@ def build_inputs(
                 "every MoE model; the plan's candidates run without them (a plan carries "
                 f"the dispatcher, {', '.join(ENVELOPE_RECIPE_SETTINGS)})",
                 MosaicNote, stacklevel=2)
+    dispatcher_stated = dispatcher is not None
     if dispatcher is None:
         dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
     envelope = Envelope(
@@ -152,7 +153,8 @@ def build_inputs(
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
         global_batch=global_batch, seq_len=seq_len, stack=stack,
         precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
-        dispatcher=dispatcher, quantised_gemms=quantised_gemms,
+        dispatcher=dispatcher, dispatcher_stated=dispatcher_stated,
+        quantised_gemms=quantised_gemms,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
         stack_version=stack_version, balanced_pipeline=balanced_pipeline,
         optimizer=optimizer, optimizer_dtype=optimizer_dtype, **settings,

@@ -138,6 +138,7 @@ class _Entry(BaseModel):
     routed_expert_quantisation: bool = False
     expert_groups_in_fsdp_shard: bool = False
     megatron_moe_rules: bool = False
+    deepep_group: Literal["etp_ep", "ep"] | None = None
     bf16_grad_reduce: bool = True
     ep_comm_overlap: bool = False
     fp8_primary_weights: bool = False
@@ -268,6 +269,10 @@ class StackTraits:
     # (TransformerConfig), and a partial distributed optimizer (HSDP) whose instances divide
     # the expert data-parallel size (parallel_state)
     megatron_moe_rules: bool
+    # the ranks a stated DeepEP dispatcher runs over, which must be more than one: "etp_ep"
+    # (Megatron-Core's flex dispatcher asserts TPxEP > 1 over its expert-TP x EP group),
+    # "ep" (torchtitan refuses DeepEP at expert_parallel_degree 1); None: no such check
+    deepep_group: str | None
     # whether the stack can reduce gradients in bf16 (Megatron --grad-reduce-in-bf16, an
     # FSDP reduce dtype); `mosaic explain` offers it as a lever only there
     bf16_grad_reduce: bool
