@@ -1016,6 +1016,24 @@ def test_a_dispatcher_the_stack_has_no_path_to_is_refused_by_perf_export_and_pla
     assert plan.exit_code == 2 and "--dispatcher hybridep on stack torchtitan" in plan.output
 
 
+def test_the_stacks_default_deepep_on_one_expert_rank_is_written_as_alltoall():
+    """Megatron-Core's flex dispatcher asserts "DeepEP dispatcher requires TPxEP > 1"
+    (token_dispatcher.py @ d98e8a64dd): a megatron-bridge job at ep 1 on H100, whose
+    unstated dispatcher is the stack's DeepEP, was exported with --moe-token-dispatcher-type
+    flex and would not launch; Bridge's own EP-1 recipe runs alltoall (olmoe_7b.py)."""
+    base = ["performance.stack=megatron-bridge", "hardware.node_type=p5.48xlarge"]
+    one_rank = load_export_spec(JOB, [*base, "parallelism.ep=1"], None)
+    assert one_rank.dispatcher == "deepep"  # what was costed
+    for target, written in (("megatron", "--moe-token-dispatcher-type alltoall"),
+                            ("nemo", "moe_token_dispatcher_type: alltoall")):
+        result = export(one_rank, target)
+        assert written in result.text and "flex" not in result.text.replace(
+            "flex dispatcher asserts", ""), target
+        assert any("at etp·ep = 1 written as alltoall" in note for note in result.unsupported)
+    eight = export(load_export_spec(JOB, [*base, "parallelism.ep=8"], None), "megatron")
+    assert parse_megatron(eight.text).moe_flex_dispatcher_backend == "deepep"
+
+
 @pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
 def test_a_launch_config_read_back_is_named_as_such(target, tmp_path):
     """`mosaic perf` on an exported torchtitan TOML said 'malformed YAML', on a MaxText file

@@ -194,11 +194,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             args.append(("--moe-expert-capacity-factor", f"{spec.capacity_factor:g}"))
             if spec.pad_to_capacity:
                 args.append(("--moe-pad-expert-input-to-capacity", None))
-        if spec.dispatcher == "alltoall":
+        dispatcher = spec.megatron_dispatcher(unsupported)
+        if dispatcher == "alltoall":
             args.append(("--moe-token-dispatcher-type", "alltoall"))
         else:  # DeepEP / HybridEP run through the flex dispatcher
             args += [("--moe-token-dispatcher-type", "flex"),
-                     ("--moe-flex-dispatcher-backend", spec.dispatcher)]
+                     ("--moe-flex-dispatcher-backend", dispatcher)]
         if (note := spec.stated_node_limit_note()) is not None:
             unsupported.append(note)
         elif spec.max_nodes_per_token is not None:

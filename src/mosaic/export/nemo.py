@@ -380,6 +380,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         model |= hybrid_fields(spec, unsupported)
     if g.moe:
         m = g.moe
+        dispatcher = spec.megatron_dispatcher(unsupported)
         model |= {"num_moe_experts": m.experts, "moe_router_topk": m.top_k,
                   "moe_ffn_hidden_size": m.expert_ffn,
                   **({} if g.is_hybrid else {"moe_layer_freq": spec.moe_layer_pattern()}),
@@ -389,9 +390,9 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                   # TransformerConfig.moe_shared_expert_gate (Qwen3NextBridge sets it)
                   **({"moe_shared_expert_gate": True} if m.shared_expert_gate else {}),
                   "moe_token_dispatcher_type":
-                      "alltoall" if spec.dispatcher == "alltoall" else "flex"}
-        if spec.dispatcher != "alltoall":
-            model["moe_flex_dispatcher_backend"] = spec.dispatcher
+                      "alltoall" if dispatcher == "alltoall" else "flex"}
+        if dispatcher != "alltoall":
+            model["moe_flex_dispatcher_backend"] = dispatcher
         if (note := spec.stated_node_limit_note()) is not None:
             unsupported.append(note)
         elif spec.max_nodes_per_token is not None:  # node-limited routing, as for Megatron

@@ -373,6 +373,21 @@ class ExportSpec:
         blocks = fraction * per_chunk
         return round(blocks), abs(blocks - round(blocks)) < 1e-6
 
+    def megatron_dispatcher(self, unsupported: list[str]) -> str:
+        """The EP dispatcher a Megatron-Core file launches: the costed one, except DeepEP
+        (a stack's default; a stated one is refused at etp·ep = 1 by the layout rules) on
+        an expert group of one rank, which Megatron-Core's flex dispatcher asserts against
+        ("DeepEP dispatcher requires TPxEP > 1", token_dispatcher.py @ d98e8a64dd) and
+        Megatron-Bridge's own EP-1 recipes run as alltoall (recipes/olmoe/h100/olmoe_7b.py
+        @ 067f987df): alltoall, said in ``unsupported``."""
+        if self.dispatcher != "deepep" or self.ep * self.etp > 1:
+            return self.dispatcher
+        unsupported.append(
+            "deepep (the stack's default dispatcher) at etp·ep = 1 written as alltoall: "
+            "Megatron-Core's flex dispatcher asserts TPxEP > 1; mosaic costed deepep, which "
+            "at one expert rank moves no token over the network either")
+        return "alltoall"
+
     def stated_node_limit_note(self) -> str | None:
         """Why a stated ``max_nodes_per_token`` is not written: the model's own group-limited
         router is (:meth:`megatron_core_fields`); None where nothing overrides it."""
