@@ -281,6 +281,19 @@ def test_achievable_above_peak_is_rejected(tmp_path: Path) -> None:
     assert "achievable_flops_per_s.bf16 = 1.7e+15 exceeds peak_flops_per_s.bf16" in message
 
 
+def test_mesh_link_is_read_and_may_not_exceed_the_gpus_scale_up_rate(tmp_path: Path) -> None:
+    """A switchless mesh states its per-peer link: 7 links of 50 GB/s make 350 GB/s; one link
+    faster than all of a GPU's links together is a unit or entry error."""
+    link = ('    scale_up_link_bw_bytes_per_s: {value: 50.0e+9, source: "Acme mesh, 7 peers"}\n')
+    mesh = _MY_DEVICE.replace("value: 400.0e+9", "value: 350.0e+9") + link
+    device = load_catalog(_write(tmp_path, mesh + _systems("myaccel"))).device("myaccel")
+    assert device.scale_up_link_bw_bytes_per_s == 50e9
+    assert device.source("scale_up_link_bw_bytes_per_s") == "Acme mesh, 7 peers"
+    message = _error(tmp_path, _MY_DEVICE + link.replace("50.0e+9", "500.0e+9"))
+    assert ("scale_up_link_bw_bytes_per_s = 5e+11 (one link to one peer) exceeds "
+            "scale_up_bw_bytes_per_s = 4e+11") in message
+
+
 def test_fractional_gpu_count_is_rejected(tmp_path: Path) -> None:
     message = _error(tmp_path, _systems("H200").replace("value: 8,", "value: 8.5,", 1))
     assert "system 'my-H200-node' (entry 1): field 'gpus_per_node.value'" in message

@@ -82,6 +82,12 @@ def test_mi300x_datasheet() -> None:
     # HIP reports 191.98 GiB (vllm-project/vllm#7951), not the vendor's 192 GB as 192e9 B
     assert mi300x.hbm_bytes == pytest.approx(191.98 * 2**30, rel=1e-4)
     assert mi300x.scale_up_bw_bytes_per_s == 7 * 128e9 / 2  # 7 links x 128 GB/s bidirectional
+    # a switchless mesh: one xGMI link to each peer, 64 GB/s each way (AMD ROCm blog on
+    # RCCL and xGMI on MI300X), so the 448 GB/s is the sum over all seven peers
+    assert mi300x.scale_up_link_bw_bytes_per_s == 128e9 / 2
+    assert mi300x.scale_up_bw_bytes_per_s == 7 * mi300x.scale_up_link_bw_bytes_per_s
+    # NVSwitch parts are switched: any group of the domain gets the whole NVLink rate
+    assert get_device("H100").scale_up_link_bw_bytes_per_s is None
 
 
 @pytest.mark.parametrize("name", list_devices())

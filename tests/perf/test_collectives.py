@@ -165,6 +165,56 @@ def test_send_recv_by_hand():
                                rtol=1e-12)
 
 
+# A switchless full mesh of 8 (MI300X-like, round numbers): 70 GB/s per GPU over 7 links of
+# 10 GB/s, one to each peer; otherwise IC's constants.
+MESH = Interconnect(
+    scale_up_domain_gpus=8, gpus_per_node=8, scale_up_bw_bytes_per_s=70e9,
+    scale_out_bw_bytes_per_s=10e9, scale_up_latency_s=2e-6, scale_out_latency_s=10e-6,
+    launch_latency_s=5e-6, ring_scale_up_efficiency=1.0, ring_scale_out_efficiency=1.0,
+    p2p_scale_up_efficiency=1.0, p2p_scale_out_efficiency=1.0,
+    scale_up_link_bw_bytes_per_s=10e9)
+
+
+def test_mesh_groups_move_over_their_own_links_only_by_hand():
+    """On a switchless mesh a GPU reaches its k-1 group peers of the node over k-1 direct
+    links: a pair gets one link (10 GB/s), four ranks three (30), all eight the whole 70;
+    a switch (IC) gives any group the full rate."""
+    pair = 5e-6 + 2e-6 + 0.5 * MB800 / 10e9  # ring all-gather, n = 2
+    assert float(all_gather_time_s(MB800, 2, 1, MESH)) == pytest.approx(pair, rel=1e-12)
+    four = 5e-6 + 3 * 2e-6 + 0.75 * MB800 / 30e9  # ranks 0, 2, 4, 6
+    assert float(reduce_scatter_time_s(MB800, 4, 2, MESH)) == pytest.approx(four, rel=1e-12)
+    eight = 5e-6 + 7 * 2e-6 + 7 / 8 * MB800 / 70e9
+    assert float(all_gather_time_s(MB800, 8, 1, MESH)) == pytest.approx(eight, rel=1e-12)
+    a2a_pair = 5e-6 + 2e-6 + 0.5 * MB800 / 10e9
+    assert float(all_to_all_time_s(MB800, 2, 1, MESH)) == pytest.approx(a2a_pair, rel=1e-12)
+    # a pipeline hand-off inside the node: the one link to the next stage
+    assert float(send_recv_time_s(1e9, False, MESH)) == pytest.approx(
+        5e-6 + 2e-6 + 1e9 / 10e9, rel=1e-12)
+    # the switch: a pair moves at the whole 100 GB/s
+    assert float(all_gather_time_s(MB800, 2, 1, IC)) == pytest.approx(
+        5e-6 + 2e-6 + 0.5 * MB800 / 100e9, rel=1e-12)
+    # one rank a node: the NICs bound it as on a switch
+    assert float(all_gather_time_s(MB800, 2, 8, MESH)) == pytest.approx(
+        float(all_gather_time_s(MB800, 2, 8, IC)), rel=1e-12)
+
+
+def test_mi300x_pair_gets_one_xgmi_link_all_eight_get_seven():
+    """The shipped MI300X node: a TP pair's ring moves at one 64 GB/s xGMI link, an 8-GPU
+    group at all seven (448 GB/s); before, the pair was costed at 448 GB/s too."""
+    from mosaic.hardware import Cluster, get_system
+    from mosaic.perf.machine import machine_for
+
+    mi300x = machine_for(Cluster(system=get_system("ND-MI300X-v5"), n_nodes=1),
+                         "bf16").interconnect
+    size = 8e9  # bandwidth-bound: tens of microseconds of latency against 16-110 ms
+
+    def bus_bw(n: int) -> float:
+        return (n - 1) / n * size / float(all_gather_time_s(size, n, 1, mi300x))
+
+    assert bus_bw(2) == pytest.approx(64e9 * mi300x.ring_scale_up_efficiency, rel=5e-3)
+    assert bus_bw(8) == pytest.approx(448e9 * mi300x.ring_scale_up_efficiency, rel=5e-3)
+
+
 def test_vectorised_equals_scalar_calls():
     rng = np.random.default_rng(7)
     size = rng.uniform(1e3, 1e10, 40)

@@ -38,6 +38,8 @@ def _origin(entry: Device | System, shipped: dict[str, Any]) -> str:
 _UNSTATED = {
     "host_link_bw_bytes_per_s": "a job that offloads activations on it is refused",
     "sfu_exp2_per_s": "its attention softmax share is its kernel_fit device's, not rescaled",
+    "scale_up_link_bw_bytes_per_s": ("a switched scale-up fabric (NVSwitch): any group of "
+                                     "its domain moves at the whole scale-up rate"),
 }
 
 
@@ -51,6 +53,7 @@ def device_document(device: Device, origin: str) -> dict[str, Any]:
         "achievable_flops_per_s": dict(device.achievable_flops_per_s),
         "hbm_bytes": device.hbm_bytes, "hbm_bw_bytes_per_s": device.hbm_bw_bytes_per_s,
         "scale_up_bw_bytes_per_s": device.scale_up_bw_bytes_per_s,
+        "scale_up_link_bw_bytes_per_s": device.scale_up_link_bw_bytes_per_s,
         "host_link_bw_bytes_per_s": device.host_link_bw_bytes_per_s,
         "sfu_exp2_per_s": device.sfu_exp2_per_s, "sm_count": device.sm_count,
         "architecture": device.architecture, "kernel_fit": device.kernel_fit,

@@ -311,6 +311,7 @@ def _interconnect(system: str | None, collectives: pd.DataFrame) -> tuple[Interc
         return Interconnect(
             scale_up_domain_gpus=s.scale_up_domain_gpus, gpus_per_node=s.gpus_per_node,
             scale_up_bw_bytes_per_s=s.scale_up_bw_bytes_per_s,
+            scale_up_link_bw_bytes_per_s=s.device.scale_up_link_bw_bytes_per_s,
             scale_out_bw_bytes_per_s=s.scale_out_bw_bytes_per_s,
             low_latency_protocols=s.nccl_low_latency_protocols), True
     world = int(collectives["world_size"].max()) if "world_size" in collectives else 2

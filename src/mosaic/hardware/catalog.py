@@ -421,7 +421,8 @@ def _device(entry: DeviceEntry) -> Device:
     for field in ("peak_flops_per_s", "achievable_flops_per_s"):
         for dtype, sourced in getattr(entry, field).items():
             sources[f"{field}.{dtype}"] = sourced.source
-    for optional in ("sfu_exp2_per_s", "host_link_bw_bytes_per_s", "sm_count"):
+    for optional in ("sfu_exp2_per_s", "host_link_bw_bytes_per_s", "sm_count",
+                     "scale_up_link_bw_bytes_per_s"):
         sourced = getattr(entry, optional)
         if sourced is not None:
             sources[optional] = sourced.source
@@ -445,6 +446,8 @@ def _device(entry: DeviceEntry) -> Device:
         host_link_bw_bytes_per_s=(None if entry.host_link_bw_bytes_per_s is None
                                   else entry.host_link_bw_bytes_per_s.value),
         sm_count=None if entry.sm_count is None else entry.sm_count.value,
+        scale_up_link_bw_bytes_per_s=(None if entry.scale_up_link_bw_bytes_per_s is None
+                                      else entry.scale_up_link_bw_bytes_per_s.value),
     )
 
 

@@ -55,6 +55,10 @@ class Device:
         hbm_bytes: device memory capacity in bytes, as CUDA reports it (docs/hardware.md).
         hbm_bw_bytes_per_s: device memory bandwidth in bytes/s.
         scale_up_bw_bytes_per_s: NVLink (or equivalent) bandwidth per GPU, one direction.
+        scale_up_link_bw_bytes_per_s: on a switchless mesh (AMD Infinity Fabric), the one
+            direct link to each peer, one direction: a GPU reaches k-1 peers of its domain
+            at most over k-1 such links; None = a switched fabric (NVSwitch), where any
+            group of the domain gets ``scale_up_bw_bytes_per_s``.
         sources: provenance of every number, keyed by field path ("hbm_bytes",
             "peak_flops_per_s.bf16", ...).
         architecture: GPU generation ("ampere", "hopper", "blackwell", ...); it selects
@@ -90,6 +94,7 @@ class Device:
     sfu_exp2_per_s: float | None = None
     host_link_bw_bytes_per_s: float | None = None
     sm_count: int | None = None
+    scale_up_link_bw_bytes_per_s: float | None = None
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

@@ -102,6 +102,8 @@ class DeviceEntry(_Strict):
     hbm_bytes: MemoryBytesValue
     hbm_bw_bytes_per_s: BandwidthValue
     scale_up_bw_bytes_per_s: BandwidthValue
+    # one direct link to one peer of a switchless (mesh) scale-up fabric; unstated: switched
+    scale_up_link_bw_bytes_per_s: BandwidthValue | None = None
     sfu_exp2_per_s: RateValue | None = None
     host_link_bw_bytes_per_s: BandwidthValue | None = None
     # streaming multiprocessors (compute units): the waves a GEMM's tiles fill
@@ -139,6 +141,12 @@ class DeviceEntry(_Strict):
                     f"achievable_flops_per_s.{dtype} = {achievable.value:.4g} exceeds "
                     f"peak_flops_per_s.{dtype} = {peak.value:.4g}"
                 )
+        link = self.scale_up_link_bw_bytes_per_s
+        if link is not None and link.value > self.scale_up_bw_bytes_per_s.value:
+            raise ValueError(
+                f"scale_up_link_bw_bytes_per_s = {link.value:.4g} (one link to one peer) "
+                f"exceeds scale_up_bw_bytes_per_s = {self.scale_up_bw_bytes_per_s.value:.4g} "
+                "(all of a GPU's links together)")
         return self
 
 

@@ -96,8 +96,14 @@ class System:
         """The links a prediction costs, in words: 'NVLink domain of 8 GPUs at 450 GB/s per
         GPU; RoCE 400 Gb/s: 8 NICs of 400 Gb/s per node, 400 Gb/s per GPU' (one direction;
         a trial's reports named the node type but not the network they assumed)."""
-        return (f"NVLink domain of {self.scale_up_domain_gpus} GPUs at "
-                f"{self.scale_up_bw_bytes_per_s / 1e9:g} GB/s per GPU; "
+        link = self.device.scale_up_link_bw_bytes_per_s
+        scale_up = (f"NVLink domain of {self.scale_up_domain_gpus} GPUs at "
+                    f"{self.scale_up_bw_bytes_per_s / 1e9:g} GB/s per GPU"
+                    if link is None else  # a switchless mesh: one link to each peer
+                    f"scale-up mesh of {self.scale_up_domain_gpus} GPUs at "
+                    f"{self.scale_up_bw_bytes_per_s / 1e9:g} GB/s per GPU, "
+                    f"{link / 1e9:g} GB/s to each peer")
+        return (f"{scale_up}; "
                 f"{self.scale_out_fabric}: {self.nics_per_node} NICs of "
                 f"{self.nic_bw_bytes_per_s * 8 / 1e9:g} Gb/s per node, "
                 f"{self.scale_out_bw_bytes_per_s * 8 / 1e9:g} Gb/s per GPU (one direction)")

@@ -132,10 +132,13 @@ class Interconnect:
     """NCCL may pick LL/LL128 (the system's ``nccl_low_latency_protocols``)."""
     measured: BusBandwidthTable | None = None
     """Measured bus-bandwidth curves used where they cover a call (else the model)."""
+    scale_up_link_bw_bytes_per_s: float | None = None
+    """On a switchless mesh (AMD Infinity Fabric), the direct link to one peer, one
+    direction; None = a switched fabric (NVSwitch): any group gets the full rate."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name in ("measured", "low_latency_protocols"):
+            if f.name in ("measured", "low_latency_protocols") or getattr(self, f.name) is None:
                 continue
             value = getattr(self, f.name)
             if f.type == "int":
@@ -227,8 +230,27 @@ def _step_latency_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
     return np.where(p.inside_domain, ic.scale_up_latency_s, ic.scale_out_latency_s)
 
 
-def _ring_up_bw(ic: Interconnect) -> float:
-    return ic.scale_up_bw_bytes_per_s * ic.ring_scale_up_efficiency
+def scale_up_group_bw_bytes_per_s(ic: Interconnect, ranks_per_domain: npt.ArrayLike
+                                  ) -> np.ndarray:
+    """Scale-up bandwidth per GPU, one direction, towards the other members of its group
+    in its domain (``ranks_per_domain`` k of them counting itself).
+
+    On a switched fabric (NVSwitch) any group gets the GPU's whole NVLink rate. On a
+    switchless full mesh each GPU has one direct link per peer (MI300X: seven xGMI links of
+    64 GB/s each way; AMD ROCm blog 'Understanding RCCL Bandwidth and xGMI Performance on
+    AMD Instinct MI300X', 2025), so traffic to k-1 peers moves over k-1 links at most:
+    64 GB/s for a pair, 448 GB/s for all 8. A lone rank (k = 1, a group spanning domains
+    one rank each) still reaches its next hop over one link.
+    """
+    k = np.asarray(ranks_per_domain, dtype=float)
+    if ic.scale_up_link_bw_bytes_per_s is None:
+        return np.full(k.shape, ic.scale_up_bw_bytes_per_s)
+    return np.minimum(ic.scale_up_bw_bytes_per_s,
+                      np.maximum(k - 1.0, 1.0) * ic.scale_up_link_bw_bytes_per_s)
+
+
+def _ring_up_bw(ic: Interconnect, ranks_per_domain: npt.ArrayLike) -> np.ndarray:
+    return scale_up_group_bw_bytes_per_s(ic, ranks_per_domain) * ic.ring_scale_up_efficiency
 
 
 def _ring_out_bw(ic: Interconnect) -> float:
@@ -243,8 +265,9 @@ def ring_bus_bw_bytes_per_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
     Checked against ScalePlan: 16/32-rank groups over 2/4 p6-b200 nodes saturate at
     360-366 GB/s bus bandwidth (8 x 50 GB/s NICs), stride-8 groups at 46-47 GB/s.
     """
-    spanning = np.minimum(_ring_up_bw(ic), p.ranks_per_domain * _ring_out_bw(ic))
-    return np.where(p.inside_domain, _ring_up_bw(ic), spanning)
+    up = _ring_up_bw(ic, p.ranks_per_domain)
+    spanning = np.minimum(up, p.ranks_per_domain * _ring_out_bw(ic))
+    return np.where(p.inside_domain, up, spanning)
 
 
 def _cheapest_protocol_s(steps: np.ndarray, simple_transfer_s: np.ndarray,
@@ -297,7 +320,7 @@ def _all_reduce_analytical_s(size_bytes: np.ndarray, n: np.ndarray, p: GroupPlac
     400 GB/s NIC limit a flat ring would allow. LL128/LL replace Simple where cheaper.
     """
     k, d = p.ranks_per_domain, p.domains_spanned
-    intra_s = 2.0 * (k - 1) / k * size_bytes / _ring_up_bw(ic)
+    intra_s = 2.0 * (k - 1) / k * size_bytes / _ring_up_bw(ic, k)
     inter_s = 2.0 * (d - 1) / d * size_bytes / (k * _ring_out_bw(ic))
     bus_bytes = 2.0 * (n - 1) / n * size_bytes
     return _cheapest_protocol_s(2 * (n - 1), np.maximum(intra_s, inter_s), bus_bytes, p, ic)
@@ -312,7 +335,7 @@ def _all_to_all_analytical_s(bytes_per_rank: np.ndarray, n: np.ndarray, p: Group
     sets the time. Plus (n-1) step latencies (one per peer).
     """
     k = p.ranks_per_domain
-    up_bw = ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency
+    up_bw = scale_up_group_bw_bytes_per_s(ic, k) * ic.p2p_scale_up_efficiency
     out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency
     intra_s = (k - 1) / n * bytes_per_rank / up_bw
     inter_s = (n - k) / n * bytes_per_rank / out_bw
@@ -425,7 +448,7 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     remote_copies = np.where(chosen < domains, chosen * (1 - miss) * (domains - 1) / domains,
                              (domains - 1) * (1 - miss))
     n_f = n_i.astype(float)
-    up_bw = ic.scale_up_bw_bytes_per_s * DEEPEP_NVLINK_EFFICIENCY
+    up_bw = scale_up_group_bw_bytes_per_s(ic, p.ranks_per_domain) * DEEPEP_NVLINK_EFFICIENCY
     out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency
     intra_s = top_k * (n_f - 1) / n_f * size / up_bw
     inter_s = np.where(p.inside_domain, 0.0, remote_copies * size / out_bw)
@@ -438,7 +461,8 @@ def send_recv_time_s(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike
                      ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
     """Point-to-point transfer of ``message_bytes`` (pipeline-parallel activations).
 
-    L + alpha + bytes / (link bw x p2p efficiency), over NVLink or the sender's NIC.
+    L + alpha + bytes / (link bw x p2p efficiency), over NVLink (on a mesh, the one link to
+    the peer) or the sender's NIC.
     """
     return send_recv_estimate(message_bytes, crosses_domain, ic, table)[0]
 
@@ -451,7 +475,7 @@ def send_recv_estimate(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLi
     size, crosses = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
                                         np.asarray(crosses_domain, dtype=bool))
     bw = np.where(crosses, ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency,
-                  ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency)
+                  scale_up_group_bw_bytes_per_s(ic, 2) * ic.p2p_scale_up_efficiency)
     alpha = np.where(crosses, ic.scale_out_latency_s, ic.scale_up_latency_s)
     time_s = ic.launch_latency_s + alpha + size / bw
     measured = np.zeros(size.shape, dtype=bool)
