@@ -719,6 +719,31 @@ def test_a_hand_edited_plan_is_refused_in_one_line(plan_json, tmp_path):
         assert fragment in result.output and "internal error" not in result.output, name
 
 
+def test_a_plan_envelope_or_calibration_of_the_wrong_shape_is_one_line(plan_json, tmp_path):
+    """The refusals of a plan document with a non-mapping envelope, a catalog that is no
+    list of paths, or (under --calibration) a non-mapping calibration block are the refusal
+    lines themselves; the catalog hint and the profile name each ended in an internal error
+    (AttributeError, TypeError; found by hand after the fuzzer's plan cases)."""
+    good = json.loads(plan_json.read_text())
+    unknown = {**good["envelope"], "system": "no-such-node"}
+    cases = {
+        "envelope": ({**good, "envelope": "abc"}, [], "'envelope' is a str"),
+        "catalog-int": ({**good, "envelope": {**unknown, "catalog": 5}}, [],
+                        "unknown system 'no-such-node'"),
+        "catalog-items": ({**good, "envelope": {**unknown, "catalog": [5, None]}}, [],
+                          "unknown system 'no-such-node'"),
+        "calibration": ({**good, "calibration": "abc"}, ["--calibration", "default"],
+                        "was planned under profile '?'"),
+    }
+    for name, (document, extra, fragment) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document))
+        result = runner.invoke(app, ["export", str(path), "--to", "megatron", *extra])
+        assert result.exit_code == 2, (name, result.output, result.exception)
+        assert fragment in result.output, (name, result.output)
+        assert "pass it again" not in result.output, name
+
+
 def test_maxtext_names_what_its_decoder_drops_and_runs_nvfp4():
     """MaxText's mixtral decoder builds routed experts alone (shared_experts and
     first_num_dense_layers are read by its deepseek decoder); NVFP4 is its te_nvfp4

@@ -71,10 +71,15 @@ def check_plan_layout(spec: ExportSpec, source: str) -> None:
 
 def _catalog_hint(document: dict[str, Any]) -> str:
     """'; the plan was made with --catalog F: pass it again' where the plan's hardware
-    catalog files are not the active ones (a trial's export failed on its own node type)."""
+    catalog files are not the active ones (a trial's export failed on its own node type).
+    Nothing where the envelope or its catalog list is not as ``mosaic plan`` writes them:
+    the error it is appended to already says what is wrong (a hand-edited plan's envelope
+    'abc' ended in an AttributeError here)."""
     from mosaic.hardware import active_catalog_paths
 
-    planned = (document.get("envelope") or {}).get("catalog") or []
+    envelope = document.get("envelope")
+    listed = envelope.get("catalog") if isinstance(envelope, dict) else None
+    planned = [p for p in listed if isinstance(p, str)] if isinstance(listed, list) else []
     active = {Path(p).resolve() for p in active_catalog_paths()}  # ./hw.yaml is hw.yaml
     missing = [str(p) for p in planned if Path(p).resolve() not in active]
     return (f"; the plan was made with --catalog {' --catalog '.join(missing)}: pass it again"
@@ -99,7 +104,8 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
             raise MosaicInputError("--set and --model apply to job files, not plan JSON "
                                    f"(write its job with `mosaic export {path} --to yaml`)")
         if calibration is not None:  # the pick is the plan's, under the plan's profile
-            planned = (document.get("calibration") or {}).get("name", "?")
+            stated = document.get("calibration")
+            planned = stated.get("name", "?") if isinstance(stated, dict) else "?"
             raise MosaicInputError(
                 f"--calibration applies to job files: {path} was planned under profile "
                 f"{planned!r}, and its pick is that plan's (plan again with --calibration "
