@@ -420,6 +420,22 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
     # a 400-digit search-space bound was listed among the inputs that differ (a fuzz trial)
     (lambda doc: doc | {"search_space": doc["search_space"] | {"s_min": 10**400}},
      "search_space.s_min is a huge integer; a `mosaic plan --json` document holds a finite"),
+    # plan documents mutated field by field: a usable share 'abc' was repeated by the
+    # device's bytes (MemoryError), -1 gave a negative usable memory, and a goodput above 1
+    # and a loss or MFU beyond any run were compared as given
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"memory_headroom": doc["envelope"][
+        "memory_headroom"] | {"usable_memory_fraction": "abc"}}},
+     "envelope.memory_headroom.usable_memory_fraction: got 'abc'; allowed: a number in (0, 1]"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"memory_headroom": doc["envelope"][
+        "memory_headroom"] | {"usable_memory_fraction": -1}}},
+     "usable_memory_fraction: got -1; allowed: a number in (0, 1]"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"goodput": doc["envelope"][
+        "goodput"] | {"goodput": 1.5}}},
+     "envelope.goodput.goodput: got 1.5; allowed: a number in (0, 1]"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"loss": 1e30}},
+     "optimum.loss: got 1e+30; allowed: a number in 0..50"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"mfu": 7.0}},
+     "optimum.mfu: got 7.0; allowed: a number in (0, 6]"),
 ])
 def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
     """compare crashed ("internal error") on a list, a list optimum or a string loss, and

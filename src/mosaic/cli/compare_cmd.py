@@ -298,6 +298,33 @@ def _check_plan_blocks(path: Path, document: dict[str, Any]) -> None:
                                    "document holds a finite, non-negative number there")
 
 
+def _check_plan_ranges(path: Path, optimum: dict[str, Any], envelope: dict[str, Any]) -> None:
+    """The optimum's loss, sparsity and MFU and the envelope's goodput and usable memory
+    share within the ranges a plan writes them in: a hand-edited usable_memory_fraction
+    'abc' repeated that string by the device's bytes (MemoryError), -1 gave a negative
+    usable memory, and a goodput of 1.5 or a loss of 1e30 were compared as given (plan
+    documents mutated field by field). Shares are (0, 1] as a job's training.goodput and
+    hardware.usable_memory_fraction (config.blocks, config.job_schema; high stated, so the
+    'fraction' kind's own reason, a share of runs, is not given); MFU is bounded by the
+    widest GEMM lane's multiple of the bf16 peak (cli.contract)."""
+    from mosaic.cli.contract import MAX_LANE_TO_BF16_PEAK
+
+    goodput = envelope.get("goodput") or {}
+    headroom = envelope.get("memory_headroom") or {}
+    checks = (("optimum.loss", optimum.get("loss"), "loss", {}),
+              ("optimum.sparsity", optimum.get("sparsity"), "sparsity", {}),
+              ("optimum.mfu", optimum.get("mfu"), "fraction",
+               {"above_low": True, "high": MAX_LANE_TO_BF16_PEAK}),
+              ("envelope.goodput.goodput", goodput.get("goodput"), "fraction",
+               {"above_low": True, "high": 1.0}),
+              ("envelope.memory_headroom.usable_memory_fraction",
+               headroom.get("usable_memory_fraction"), "fraction",
+               {"above_low": True, "high": 1.0}))
+    for field_name, value, kind, narrowed in checks:
+        if value is not None:
+            check_range(f"{path}: {field_name}", value, kind, **narrowed)
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -321,6 +348,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                                        "there")
     _check_envelope_devices(path, envelope)
     _check_plan_blocks(path, document)
+    _check_plan_ranges(path, optimum, envelope)
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")
