@@ -65,9 +65,32 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
         # pyarrow's ArrowInvalid is a ValueError
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MosaicInputError(f"{what} {path}: could not be read: {message}") from None
+    if suffix == ".csv":
+        _refuse_repeated_names(path, what)
     if len(frame) == 0 and not allow_no_rows:
         raise MosaicInputError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def _refuse_repeated_names(path: Path, what: str) -> None:
+    """A CSV header that names one column twice is refused: pandas renames the second
+    'loss' to 'loss.1' (read_csv's duplicate-name mangling), so every reader took the first
+    and ignored the other without a word (a run table with two differing n_total columns
+    was fitted on the first)."""
+    import csv
+
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # as pandas read it
+            header = next(csv.reader(handle), [])
+    except (csv.Error, OSError, UnicodeDecodeError):  # pandas read it: its own names stand
+        return
+    seen: dict[str, int] = {}
+    for index, name in enumerate(header, start=1):
+        if name in seen and name != "":
+            raise MosaicInputError(f"{what} {path}: the header names column {name!r} twice "
+                                   f"(columns {seen[name]} and {index}); allowed: each name "
+                                   "once (rename or drop one)")
+        seen.setdefault(name, index)
 
 
 def bad_row_error(what: str, frame: pd.DataFrame, column: str, bad: Any,

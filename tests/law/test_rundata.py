@@ -151,3 +151,19 @@ def test_a_trailing_comma_is_no_column_a_row_too_long_is_refused(tmp_path):
     long.write_text("n_total,tokens,loss\n1e9,2e10,2.5,7\n")
     with pytest.raises(MosaicInputError, match="a row holds more values than the header"):
         load_run_data(long)
+
+
+def test_a_column_named_twice_is_refused_not_read_from_its_first(tmp_path):
+    """pandas renames a repeated header name ('n_total' -> 'n_total.1'), so a table with two
+    differing n_total columns was fitted on the first, the other ignored; the header is
+    refused naming the column and both positions. A BOM (stripped as pandas strips it) and
+    a trailing comma's empty name are no repeat."""
+    twice = tmp_path / "twice.csv"
+    twice.write_text("n_total,tokens,loss,n_total\n1e9,2e10,2.5,5e9\n2e9,4e10,2.3,6e9\n")
+    with pytest.raises(MosaicInputError, match=re.escape(
+            "the header names column 'n_total' twice (columns 1 and 4)")):
+        load_run_data(twice)
+    fine = tmp_path / "fine.csv"
+    fine.write_bytes("\ufeffn_total,tokens,loss,,\n1e9,2e10,2.5,,\n2e9,4e10,2.3,,\n"
+                     .encode("utf-8"))
+    assert load_run_data(fine).n_total.tolist() == [1e9, 2e9]
