@@ -215,3 +215,31 @@ def test_norms_are_timed_on_the_sequence_shard_perf_prices():
              if c.columns.get("source") == "model"}
     assert cases["rmsnorm"] == cases["add"] == 8192 * 6144
     assert cases["swiglu"] == 16384 * stream.width
+
+
+@pytest.mark.parametrize("source, said", [
+    (["--preset", "tiny"], "--preset tiny reads no job file"),
+    (["--shapes", str(EXAMPLES / "appendix_e.yaml")], "--shapes reads no job file"),
+    ([], "no job file is read without --job"),
+])
+@pytest.mark.parametrize("family", ["gemm", "kernels", "collectives"])
+def test_set_without_a_job_is_refused_not_dropped(tmp_path, family, source, said):
+    """--set edits a job's fields; with the shapes of a preset or a shapes file it changed
+    nothing, and `bench gemm --preset tiny --set parallelism.tp=3` listed the tiny shapes
+    (exit 0). With --job the same --set is read (exit 0)."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    if family == "collectives" and source[:1] == ["--shapes"]:
+        pytest.skip("bench collectives takes no --shapes")
+    runner = CliRunner()
+    argv = ["bench", family, "--out", str(tmp_path / "o"), "--dry-run", "--no-progress"]
+    refused = runner.invoke(app, [*argv, *source, "--set", "parallelism.tp=2"])
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.strip() == (f"error: --set 'parallelism.tp=2': {said}, so --set "
+                                      "would change nothing; allowed with --job FILE or "
+                                      "--preset paper")
+    read = runner.invoke(app, [*argv, "--job", str(EXAMPLES / "appendix_e.yaml"),
+                               "--set", "parallelism.tp=2"])
+    assert read.exit_code == 0, read.output

@@ -104,6 +104,19 @@ ThreadsOption = Annotated[int | None, typer.Option(
          "core). On a shared host, 1 keeps other processes from stalling every sample")]
 
 
+def _refuse_unread_sets(sets: list[str], job: Path | None, shapes_file: Path | None,
+                        preset: str | None) -> None:
+    """``--set`` edits a job file's fields: refused where the shapes come from no job (a
+    shapes file, the tiny or generic preset), where it was dropped without a word (``bench
+    gemm --preset tiny --set parallelism.tp=3`` measured the tiny shapes)."""
+    if sets and job is None and preset != "paper":
+        read = ("--shapes reads no job file" if shapes_file is not None else
+                f"--preset {preset} reads no job file" if preset is not None else
+                "no job file is read without --job")
+        raise MosaicInputError(f"--set {sets[0]!r}: {read}, so --set would change nothing; "
+                               "allowed with --job FILE or --preset paper")
+
+
 def _shapes(job: Path | None, shapes_file: Path | None, preset: str | None,
             sets: list[str]) -> Any:
     from mosaic.bench import shapes as bench_shapes
@@ -113,6 +126,7 @@ def _shapes(job: Path | None, shapes_file: Path | None, preset: str | None,
         raise MosaicInputError("give one of --job, --shapes, --preset")
     if preset is not None and preset not in PRESETS:
         raise MosaicInputError(f"--preset {preset!r}: allowed values are {', '.join(PRESETS)}")
+    _refuse_unread_sets(sets, job, shapes_file, preset)
     if shapes_file is not None:
         return bench_shapes.shapes_from_file(shapes_file)
     if preset == "tiny":
@@ -300,6 +314,7 @@ def collectives_command(
     from mosaic.bench.run import run_collectives
     from mosaic.bench.timer import QUICK, TimingPolicy
 
+    _refuse_unread_sets(set_ or [], job, None, preset)
     shapes = _shapes(job, None, preset, set_ or []) if (job or preset == "paper") else None
     options = _collective_options(shapes, min_bytes, max_bytes, size_factor, ops,
                                   group_sizes, strides, domain_gpus, world_size, ranks_per_node)
