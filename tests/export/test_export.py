@@ -744,6 +744,34 @@ def test_a_plan_envelope_or_calibration_of_the_wrong_shape_is_one_line(plan_json
         assert "pass it again" not in result.output, name
 
 
+def test_a_plans_gpus_per_node_is_a_whole_number_and_its_systems(plan_json, tmp_path):
+    """The GPUs per node an export writes (torchrun's --nproc_per_node, MaxText's DCN split)
+    came from the envelope unchecked: 'abc' ended in a TypeError in the MaxText export and
+    was written as --nproc_per_node abc by the torchtitan one; a count other than the
+    system's (the catalog's p6-b200.48xlarge: 8) is refused as an edited plan."""
+    from mosaic.hardware import get_system
+
+    good = json.loads(plan_json.read_text())
+    node = get_system(good["envelope"]["system"]).gpus_per_node
+    cases = {"abc": "envelope.gpus_per_node is 'abc'; a `mosaic plan --json` document holds "
+                    "a whole number of GPUs there",
+             1.5: "envelope.gpus_per_node is 1.5",
+             node + 1: f"envelope.gpus_per_node {node + 1} is not system "
+                       f"{good['envelope']['system']}'s {node} (an edited plan?)"}
+    for value, fragment in cases.items():
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps({**good, "envelope": {**good["envelope"],
+                                                         "gpus_per_node": value}}))
+        for target in ("maxtext", "torchtitan"):
+            result = runner.invoke(app, ["export", str(path), "--to", target])
+            assert result.exit_code == 2, (value, target, result.output, result.exception)
+            assert fragment in result.output, (value, target, result.output)
+    # a plan from before the envelope recorded it: the system's own count
+    older = {**good, "envelope": {k: v for k, v in good["envelope"].items()
+                                  if k != "gpus_per_node"}}
+    assert spec_from_plan_document(older, "p").gpus_per_node == node
+
+
 def test_maxtext_names_what_its_decoder_drops_and_runs_nvfp4():
     """MaxText's mixtral decoder builds routed experts alone (shared_experts and
     first_num_dense_layers are read by its deepseek decoder); NVFP4 is its te_nvfp4

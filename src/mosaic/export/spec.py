@@ -14,6 +14,7 @@ import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
+from mosaic.limits import shown_number
 from mosaic.perf.pipeline_layout import (
     BLOCK,
     blocks_per_chunk,
@@ -973,7 +974,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         # the profile's file where the plan recorded one (a user's profile), else its name
         calibration=((document.get("calibration") or {}).get("file")
                      or (document.get("calibration") or {}).get("name")),
-        gpus_per_node=envelope.get("gpus_per_node"),
+        gpus_per_node=_plan_gpus_per_node(envelope, source),
         # the GPU generation, as a job's system gives it (a trial's B200 plan was told of
         # Hopper's CUDA_DEVICE_MAX_CONNECTIONS rule, which a job file of it was not)
         architecture=_plan_architecture(envelope),
@@ -1061,6 +1062,32 @@ def _same_prediction(a: Any, b: Any) -> bool:
         return False
     return bool(np.isclose(first.step_time_s[0], second.step_time_s[0], rtol=1e-12)
                 and np.isclose(first.memory_bytes[0], second.memory_bytes[0], rtol=1e-12))
+
+
+def _plan_gpus_per_node(envelope: dict[str, Any], source: str) -> int | None:
+    """The GPUs per node of a plan's node type: its envelope's ``gpus_per_node``, which
+    must be a whole number and, where the catalog has the ``system``, that system's own
+    (the job document exported names the system, and the layout checks read its count). A
+    hand-edited 'abc' ended in a TypeError in the MaxText export and was written as
+    torchrun's --nproc_per_node by the torchtitan one; 3 on an 8-GPU node set MaxText's
+    DCN split by it."""
+    from mosaic.hardware import get_system
+
+    stated = envelope.get("gpus_per_node")
+    if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int)
+                               or stated < 1):
+        raise MosaicInputError(f"{source}: envelope.gpus_per_node is {shown_number(stated)}; "
+                               "a `mosaic plan --json` document holds a whole number of GPUs "
+                               "there")
+    try:
+        system = get_system(str(envelope.get("system")))
+    except MosaicInputError:  # refused by the layout checks, with the catalog hint
+        return stated
+    if stated is not None and stated != system.gpus_per_node:
+        raise MosaicInputError(f"{source}: envelope.gpus_per_node {stated} is not system "
+                               f"{system.name}'s {system.gpus_per_node} (an edited plan?); "
+                               "rerun `mosaic plan` for another node type")
+    return system.gpus_per_node
 
 
 def _plan_architecture(envelope: dict[str, Any]) -> str | None:
