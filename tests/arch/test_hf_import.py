@@ -586,6 +586,15 @@ def test_llama4_multimodal_config_reads_its_text_model():
     assert geometry == geometry_from_hf_config(MAVERICK_TEXT)
 
 
+def test_a_llama4_text_config_that_is_no_object_is_named_not_called_missing():
+    """A text_config of [1] was refused as 'missing'; the error says what it is."""
+    with pytest.raises(MosaicInputError, match=r"text_config \(a JSON object\); here it is "
+                                               r"a list: \[1\]"):
+        geometry_from_hf_config({"model_type": "llama4", "text_config": [1]}, "cfg.json")
+    with pytest.raises(MosaicInputError, match="here it is missing"):
+        geometry_from_hf_config({"model_type": "llama4"}, "cfg.json")
+
+
 def test_unknown_model_type_is_read_as_its_architecture_class():
     """Kimi K2's config says model_type kimi_k2 and names DeepseekV3ForCausalLM."""
     config = json.loads((HF / "deepseek-v3.json").read_text()) | {

@@ -515,9 +515,10 @@ def _llama4_text_config(config: Mapping[str, Any], where: str) -> Mapping[str, A
     """The ``text_config`` of a Llama 4 (Llama4ForConditionalGeneration) config; its vision
     encoder and projector are left out, with a warning."""
     text = config.get("text_config")
-    if not isinstance(text, Mapping):
+    if not isinstance(text, Mapping):  # a text_config [1] was said to be missing
+        found = "missing" if text is None else f"a {type(text).__name__}: {text!r:.40}"
         raise MosaicInputError(f"{where}: a llama4 config holds its language model in "
-                               "text_config (a JSON object), which is missing")
+                               f"text_config (a JSON object); here it is {found}")
     if config.get("vision_config") is not None:
         warnings.warn(f"{where}: vision_config is left out: mosaic counts and costs the text "
                       "model (text_config), not the vision encoder and its projector",
