@@ -50,3 +50,20 @@ def test_the_stacks_default_is_not_held_to_the_stated_rule():
     assert spec.workload.dispatcher is Dispatcher.DEEPEP
     assert not spec.workload.dispatcher_stated
     assert predict_job(spec, CALIBRATION).prediction.step_time_s[0] > 0
+
+
+def test_a_stated_deepep_with_expert_tp_on_torchtitan_is_refused_in_one_line():
+    """torchtitan raises NotImplementedError "DeepEP with Expert Tensor Parallelism (ETP) is
+    not supported yet" at etp > 1 (models/deepseek_v3/infra/parallelize.py @ 1a36996b8)."""
+    titan = ["performance.stack=torchtitan", "parallelism.tp=2", "parallelism.vpp=1"]
+    with pytest.raises(MosaicInputError) as refused:
+        predict_job(load_job(JOB, [*titan, "parallelism.etp=2",
+                                   "parallelism.dispatcher=deepep"]), CALIBRATION)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "etp=2 with the deepep dispatcher: torchtitan runs DeepEP with etp 1 only" in message
+    for launchable in (["parallelism.etp=1", "parallelism.dispatcher=deepep"],
+                       ["parallelism.etp=2", "parallelism.dispatcher=alltoall"]):
+        spec = load_job(JOB, [*titan, *launchable])
+        assert predict_job(spec, CALIBRATION).prediction.step_time_s[0] > 0
+

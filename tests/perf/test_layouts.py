@@ -372,6 +372,34 @@ def test_stated_deepep_needs_more_than_one_rank_in_its_group():
         assert (reason is not None and "needs ep > 1" in reason) == (ep == 1), (ep, etp, reason)
 
 
+def test_torchtitan_runs_a_stated_deepep_with_etp_one_only():
+    """torchtitan raises NotImplementedError "DeepEP with Expert Tensor Parallelism (ETP) is
+    not supported yet" when etp > 1 (models/deepseek_v3/infra/parallelize.py and
+    models/llama4/infra/parallelize.py @ 1a36996b8, v0.2.2 73a0e69); Megatron-Core runs
+    DeepEP over expert-TP x EP, and torchtitan's all-to-all runs any etp."""
+    from dataclasses import replace
+
+    from mosaic.perf.plan import single_plan
+    from mosaic.perf.workload import Dispatcher
+
+    moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    titan = Workload(moe, 64, 4096, stack="torchtitan", dispatcher=Dispatcher.DEEPEP)
+    megatron = Workload(moe, 64, 4096, stack="megatron-core", dispatcher=Dispatcher.DEEPEP)
+    for ep, etp, broken in ((2, 1, False), (8, 1, False), (2, 2, True), (4, 2, True)):
+        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP)
+        reason = first_reason(plan_violations(titan, plan, 16), plan, 0)
+        assert (reason is not None and "runs DeepEP with etp 1 only" in reason) == broken, (
+            ep, etp, reason)
+        for other in (replace(titan, dispatcher=Dispatcher.ALLTOALL),
+                      replace(titan, dispatcher_stated=False), megatron):
+            assert first_reason(plan_violations(other, plan, 16), plan, 0) is None, (
+                ep, etp, other.stack, other.dispatcher)
+    # at ep 1 and etp 2 both rules are broken; the EP one is named first
+    plan = single_plan(tp=2, etp=2, ep=1, dp=8, sharding=Sharding.FSDP)
+    rules = [v.rule for v in plan_violations(titan, plan, 16) if v.violated[0]]
+    assert len(rules) == 2 and "needs ep > 1" in rules[0] and "etp 1 only" in rules[1]
+
+
 def test_a_search_with_deepep_stated_drops_the_layouts_without_an_expert_group():
     """Every layout with ep·etp = 1 is rejected with the DeepEP reason; the same search on
     the all-to-all keeps them."""

@@ -90,20 +90,35 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
     return rules
 
 
-def _deepep_group_rule(workload: Workload, plans: ParallelPlans) -> tuple[str, np.ndarray]:
+def _flex_dispatcher_rules(workload: Workload, plans: ParallelPlans
+                           ) -> list[tuple[str, np.ndarray]]:
     """A stated DeepEP dispatcher needs more than one rank in the group it runs over (stack
     trait ``deepep_group``): Megatron-Core's MoEFlexTokenDispatcher asserts "DeepEP
     dispatcher requires TPxEP > 1" over expert-TP x EP (token_dispatcher.py l. 1836
     @ d98e8a64dd; Megatron-Bridge's apply_flex_dispatcher_backend sets flex whatever the EP
     size, flex_dispatcher_backend.py @ 067f987df); torchtitan raises at ep 1
-    (models/deepseek_v3/infra/parallelize.py @ 1a36996b8)."""
-    if workload.traits.deepep_group == "ep":
-        return ("ep={ep} with the deepep dispatcher: it needs ep > 1 (torchtitan refuses "
-                "DeepEP at expert_parallel_degree 1); state dispatcher alltoall or ep > 1",
-                plans.ep == 1)
-    return ("etp·ep={etp}·{ep} with the deepep dispatcher: Megatron-Core's flex dispatcher "
-            "asserts TPxEP > 1; state dispatcher alltoall or etp·ep > 1",
-            plans.ep * plans.etp == 1)
+    (models/deepseek_v3/infra/parallelize.py @ 1a36996b8). torchtitan also runs
+    DeepEP with etp 1 only (trait ``deepep_etp``: "DeepEP with Expert Tensor Parallelism
+    (ETP) is not supported yet", NotImplementedError, same file @ 1a36996b8)."""
+    dispatcher = workload.dispatcher
+    traits = workload.traits
+    group = traits.deepep_group if dispatcher is Dispatcher.DEEPEP else None
+    rules = []
+    if group == "ep":
+        rules.append((f"ep={{ep}} with the {dispatcher.value} dispatcher: it needs ep > 1 "
+                      f"({traits.name} runs no {dispatcher.value} dispatcher at "
+                      "expert_parallel_degree 1); state dispatcher alltoall or ep > 1",
+                      plans.ep == 1))
+    elif group == "etp_ep":
+        rules.append((f"etp·ep={{etp}}·{{ep}} with the {dispatcher.value} dispatcher: "
+                      "Megatron-Core's flex dispatcher asserts TPxEP > 1; state dispatcher "
+                      "alltoall or etp·ep > 1",
+                      plans.ep * plans.etp == 1))
+    if dispatcher is Dispatcher.DEEPEP and not traits.deepep_etp:
+        rules.append((f"etp={{etp}} with the deepep dispatcher: {traits.name} runs DeepEP "
+                      "with etp 1 only (NotImplementedError); state etp 1 or dispatcher "
+                      "alltoall", plans.etp > 1))
+    return rules
 
 
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
@@ -200,9 +215,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         )
     if moe is not None and workload.traits.megatron_moe_rules:
         rules += _megatron_moe_rules(workload, plans)
-    if (moe is not None and workload.dispatcher is Dispatcher.DEEPEP
-            and workload.dispatcher_stated and workload.traits.deepep_group is not None):
-        rules.append(_deepep_group_rule(workload, plans))
+    if moe is not None and workload.dispatcher_stated:
+        rules += _flex_dispatcher_rules(workload, plans)
     if moe is not None and moe.shared_experts > 0:
         # the shared experts' one MLP splits over tp (its ColumnParallelLinear divides the
         # output size by the tp world size)
