@@ -67,3 +67,16 @@ def test_a_stated_deepep_with_expert_tp_on_torchtitan_is_refused_in_one_line():
         spec = load_job(JOB, [*titan, *launchable])
         assert predict_job(spec, CALIBRATION).prediction.step_time_s[0] > 0
 
+
+@pytest.mark.parametrize("dispatcher", ["deepep", "hybridep"])
+def test_a_stated_flex_dispatcher_at_ep_one_on_nemo_automodel_is_refused(dispatcher):
+    """NeMo AutoModel builds its DeepEP/HybridEP dispatcher only in apply_ep, which asserts
+    an EP mesh of more than one rank (components/moe/parallelizer.py @ 36044ad3d)."""
+    automodel = ["performance.stack=nemo-automodel", f"parallelism.dispatcher={dispatcher}"]
+    with pytest.raises(MosaicInputError) as refused:
+        predict_job(load_job(JOB, [*automodel, "parallelism.ep=1"]), CALIBRATION)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"ep=1 with the {dispatcher} dispatcher: it needs ep > 1" in message
+    assert predict_job(load_job(JOB, [*automodel, "parallelism.ep=8"]),
+                       CALIBRATION).prediction.step_time_s[0] > 0

@@ -400,6 +400,34 @@ def test_torchtitan_runs_a_stated_deepep_with_etp_one_only():
     assert len(rules) == 2 and "needs ep > 1" in rules[0] and "etp 1 only" in rules[1]
 
 
+def test_nemo_automodel_runs_deepep_and_hybridep_over_ep_alone():
+    """NeMo AutoModel makes its MoEFlexTokenDispatcher (DeepEP and HybridEP alike) only in
+    apply_ep, which runs when the EP mesh has more than one rank and asserts
+    ep_mesh.size() > 1 (components/moe/parallelizer.py @ 36044ad3d); its dispatcher's group
+    is EP alone (tp_size = 1), so etp 2 does not make it launchable at ep 1. Megatron-Core's
+    HybridEP has no such check."""
+    from dataclasses import replace
+
+    from mosaic.perf.plan import single_plan
+    from mosaic.perf.workload import Dispatcher
+
+    moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    cases = {(1, 1): True, (1, 2): True, (2, 1): False, (8, 1): False}  # (ep, etp) -> refused
+    for (ep, etp), broken in cases.items():
+        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8)
+        for dispatcher in (Dispatcher.DEEPEP, Dispatcher.HYBRIDEP):
+            automodel = Workload(moe, 64, 4096, stack="nemo-automodel", dispatcher=dispatcher)
+            reason = first_reason(plan_violations(automodel, plan, 16), plan, 0)
+            assert (reason is not None
+                    and f"ep={ep} with the {dispatcher} dispatcher: it needs ep > 1" in reason
+                    ) == broken, (ep, etp, dispatcher, reason)
+            for other in (replace(automodel, dispatcher=Dispatcher.ALLTOALL),
+                          replace(automodel, dispatcher_stated=False)):
+                assert first_reason(plan_violations(other, plan, 16), plan, 0) is None
+        hybridep = Workload(moe, 64, 4096, stack="megatron-core", dispatcher=Dispatcher.HYBRIDEP)
+        assert first_reason(plan_violations(hybridep, plan, 16), plan, 0) is None
+
+
 def test_a_search_with_deepep_stated_drops_the_layouts_without_an_expert_group():
     """Every layout with ep·etp = 1 is rejected with the DeepEP reason; the same search on
     the all-to-all keeps them."""

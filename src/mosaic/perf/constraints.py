@@ -92,17 +92,20 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
 
 def _flex_dispatcher_rules(workload: Workload, plans: ParallelPlans
                            ) -> list[tuple[str, np.ndarray]]:
-    """A stated DeepEP dispatcher needs more than one rank in the group it runs over (stack
-    trait ``deepep_group``): Megatron-Core's MoEFlexTokenDispatcher asserts "DeepEP
-    dispatcher requires TPxEP > 1" over expert-TP x EP (token_dispatcher.py l. 1836
-    @ d98e8a64dd; Megatron-Bridge's apply_flex_dispatcher_backend sets flex whatever the EP
-    size, flex_dispatcher_backend.py @ 067f987df); torchtitan raises at ep 1
-    (models/deepseek_v3/infra/parallelize.py @ 1a36996b8). torchtitan also runs
+    """A stated DeepEP or HybridEP dispatcher needs more than one rank in the group it runs
+    over (stack traits ``deepep_group``, ``hybridep_group``): Megatron-Core's
+    MoEFlexTokenDispatcher asserts "DeepEP dispatcher requires TPxEP > 1" over expert-TP x EP
+    (token_dispatcher.py l. 1836 @ d98e8a64dd; Megatron-Bridge's apply_flex_dispatcher_backend
+    sets flex whatever the EP size, flex_dispatcher_backend.py @ 067f987df); torchtitan
+    raises at ep 1 (models/deepseek_v3/infra/parallelize.py @ 1a36996b8); NeMo AutoModel
+    builds its DeepEP and HybridEP dispatcher only in apply_ep, which asserts an EP mesh of
+    more than one rank (components/moe/parallelizer.py @ 36044ad3d). torchtitan also runs
     DeepEP with etp 1 only (trait ``deepep_etp``: "DeepEP with Expert Tensor Parallelism
     (ETP) is not supported yet", NotImplementedError, same file @ 1a36996b8)."""
     dispatcher = workload.dispatcher
     traits = workload.traits
-    group = traits.deepep_group if dispatcher is Dispatcher.DEEPEP else None
+    group = {Dispatcher.DEEPEP: traits.deepep_group,
+             Dispatcher.HYBRIDEP: traits.hybridep_group}.get(dispatcher)
     rules = []
     if group == "ep":
         rules.append((f"ep={{ep}} with the {dispatcher.value} dispatcher: it needs ep > 1 "

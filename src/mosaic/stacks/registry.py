@@ -139,6 +139,7 @@ class _Entry(BaseModel):
     expert_groups_in_fsdp_shard: bool = False
     megatron_moe_rules: bool = False
     deepep_group: Literal["etp_ep", "ep"] | None = None
+    hybridep_group: Literal["etp_ep", "ep"] | None = None
     deepep_etp: bool = True
     bf16_grad_reduce: bool = True
     ep_comm_overlap: bool = False
@@ -274,6 +275,10 @@ class StackTraits:
     # (Megatron-Core's flex dispatcher asserts TPxEP > 1 over its expert-TP x EP group),
     # "ep" (torchtitan refuses DeepEP at expert_parallel_degree 1); None: no such check
     deepep_group: str | None
+    # the same for a stated HybridEP dispatcher: "ep" (NeMo AutoModel builds its flex
+    # dispatcher, HybridEP too, only over an EP mesh of more than one rank); None: no such
+    # check (Megatron-Core's HybridEP backend has no TPxEP assert)
+    hybridep_group: str | None
     # whether the stack runs a stated DeepEP dispatcher with expert tensor parallelism
     # (etp > 1); False: torchtitan raises NotImplementedError
     deepep_etp: bool
