@@ -514,6 +514,28 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
                                  "parallelism.sharding=fsdp")[1]) == {"dispatcher_deepep"}
 
 
+def test_a_dispatcher_lever_is_held_to_the_stacks_rules_for_a_stated_dispatcher():
+    """torchtitan runs DeepEP with etp 1 only (NotImplementedError "DeepEP with Expert
+    Tensor Parallelism (ETP) is not supported yet", models/deepseek_v3/infra/parallelize.py
+    @ 1a36996b8): on an all-to-all job at etp 2 that left its dispatcher unstated, explain
+    ranked the DeepEP lever feasible, and its `set parallelism.dispatcher=deepep` is refused.
+    The lever states the dispatcher, so it breaks the rule; at etp 1 it stays feasible."""
+    def deepep_lever(etp: int):
+        result = job(EXAMPLES / "appendix_e.yaml", "performance.stack=torchtitan",
+                     "parallelism.vpp=1", "parallelism.sharding=fsdp", "parallelism.tp=2",
+                     f"parallelism.etp={etp}")
+        assert not result.spec.workload.dispatcher_stated
+        spec = result.spec
+        return next(lever for lever in rank_levers(spec.workload, spec.plan, result.machine,
+                                                   CALIBRATION)
+                    if lever.name == "dispatcher_deepep")
+
+    refused = deepep_lever(2)
+    assert not refused.feasible and math.isnan(refused.step_time_s)
+    assert "torchtitan runs DeepEP with etp 1 only" in refused.reason
+    assert deepep_lever(1).step_time_s > 0
+
+
 def test_hybridep_needs_a_gpu_with_the_tensor_memory_accelerator():
     """HybridEP's NVLink kernels use the TMA of Hopper and Blackwell (DeepEP
     docs/README_Hybrid-EP.md), DeepEP's V1 kernels list Ampere: on DGX A100 a job stating

@@ -970,7 +970,7 @@ def _full_iteration_graph(workload: Workload, device_name: str
         return None
     return ("full_iteration_cuda_graph", how + "; the MoE tokens through HybridEP with "
             "--moe-expert-rank-capacity-factor, static per-rank buffers a graph can hold)",
-            replace(graphed, dispatcher=Dispatcher.HYBRIDEP))
+            replace(graphed, dispatcher=Dispatcher.HYBRIDEP, dispatcher_stated=True))
 
 
 def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
@@ -1001,8 +1001,10 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
         why = ("its NVLink kernels' bandwidth instead of the all-to-all's (the EP group stays "
                "in one NVLink domain)" if in_domain else
                "one network copy per remote node, not one per routed token copy")
+        # the lever states the dispatcher (its `set parallelism.dispatcher=`), so the stack's
+        # rules for a stated one apply (perf.constraints: torchtitan's DeepEP at etp > 1)
         yield (f"dispatcher_{name}", f"EP tokens through {name} ({how}): {why}",
-               replace(workload, dispatcher=Dispatcher(name)))
+               replace(workload, dispatcher=Dispatcher(name), dispatcher_stated=True))
 
 
 # ------------------------------------------------------------------------------ diagnosis
