@@ -599,6 +599,23 @@ def test_a_fit_refused_for_too_few_rows_names_the_rungs_left_out_of_runs_csv(tmp
     assert "re-run the full grid's command" in result.output
 
 
+def test_a_collected_runs_csv_beside_train_runs_is_not_blamed_on_another_grid(tmp_path):
+    """docs/train.md trains into runs/a and gathers runs with `ladder collect ... --out
+    runs.csv`: a trial's collected table (runs of another folder) beside its own runs/ of
+    finished train runs read, on a refused fit, as 'a --scale run wrote its own grid's'.
+    The hint is for a ladder's table, whose rows are all rungs under its runs/."""
+    path = _runs_csv_with_starved(tmp_path, {})
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join(rows[:4]) + "\n")  # r0..r2, collected from elsewhere
+    for name in ("a", "b"):  # the user's own `mosaic train --out runs/NAME` runs
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "result.json").write_text("{}")
+    result = CliRunner().invoke(_app(), ["ladder", "fit", str(path), "--out",
+                                         str(tmp_path / "law.json"), "--form", "chinchilla"])
+    assert result.exit_code == 2 and "distinct run(s)" in result.output
+    assert "--scale or --only" not in result.output
+
+
 def test_rungs_left_out_as_unbalanced_are_not_blamed_on_another_grid(tmp_path):
     """A review: 6 of 9 listed rungs starved (left out of the fit) read as 'a --scale run
     wrote its own grid's'; the hint is only for finished rungs runs.csv does not list."""

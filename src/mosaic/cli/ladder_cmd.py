@@ -350,6 +350,8 @@ def _other_rungs_hint(csv_path: Path) -> str:
     finished = finished_rungs(csv_path.parent)
     listed = read_table(csv_path, "runs file", allow_no_rows=True)
     names = set(listed["name"].astype(str)) if "name" in listed.columns else set()
+    if not names <= set(finished):  # rows of runs trained elsewhere: a `ladder collect`
+        return ""                   # table (docs/train.md names it runs.csv), not a ladder's
     missing = [name for name in finished if name not in names]
     if not missing:
         return ""
