@@ -815,6 +815,26 @@ def test_errors_met_once_a_job_runs_name_its_file(tmp_path, capsys, data, words)
     assert capsys.readouterr().err.startswith(f"error: {job}: {words}")
 
 
+def test_grouped_mm_stated_where_it_cannot_run_is_one_line(tmp_path):
+    """run.expert_compute: grouped_mm on expert rows torch's grouped GEMM cannot take (here
+    d_expert = 80 / 8 = 10 fp32 values, 40 bytes: strides must be multiples of 16 bytes,
+    model.grouped_mm_supported) was an 'internal error ... this is a bug' line; it is the
+    job's choice, refused naming the field, as docs/train.md's `auto` would fall back."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    job = tmp_path / "gm.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(ladder={"split_factor": 8},
+                                           run={"expert_compute": "grouped_mm"})))
+    result = CliRunner().invoke(app, ["train", str(job), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {job}: run.expert_compute: grouped_mm does not run")
+    assert "internal error" not in lines[0]
+
+
 def test_an_unknown_device_name_is_refused_when_the_job_is_read():
     """run.device_name was looked up when the run started (each ladder rung failed on it
     in turn) and the error named neither the field nor the file."""

@@ -152,9 +152,12 @@ class RoutedExperts(nn.Module):
         if self.compute == "loop":
             return False
         ok = grouped_mm_supported(x.device, x.dtype, self.d_model, self.width)
-        if self.compute == "grouped_mm" and not ok:
-            raise RuntimeError(f"grouped_mm is not supported for {x.dtype} on {x.device} with "
-                               f"d={self.d_model}, d_expert={self.width}")
+        if self.compute == "grouped_mm" and not ok:  # a job's choice: one line, not a bug
+            raise MosaicInputError(
+                f"run.expert_compute: grouped_mm does not run for {x.dtype} on {x.device} with "
+                f"d={self.d_model}, d_expert={self.width} (CPU, or CUDA bf16 on SM >= 8.0, "
+                f"rows of a multiple of {GROUPED_MM_ALIGN_BYTES} bytes); allowed here: auto "
+                "or loop")
         return ok
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
