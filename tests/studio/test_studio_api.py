@@ -391,6 +391,22 @@ def test_second_plan_is_refused_and_cancel_stops_the_first(studio):
     assert job["report_url"] is None and "stopped after" in job["message"]
 
 
+def test_a_cancel_after_the_last_geometry_keeps_the_finished_plan(studio):
+    """A trial's cancel arrived after all 16 of 16 geometries were searched: the status said
+    'stopped after 16/16 geometries, no report: cancelled'. The search is complete then;
+    a cancel (or the time limit) stops only a search with geometries left."""
+    from mosaic.studio.plan_runner import PlanJob, _StoppedError
+
+    runner = PlanRunner(studio.app.state.runner.calibration, time_limit_s=1e-9)
+    job = PlanJob(job_id=1, request={}, started_s=0.0)
+    update = runner._progress(job)
+    runner._cancel.set()
+    update(16, 16)  # complete: neither the cancel nor the (long past) limit stops it
+    assert (job.done, job.total) == (16, 16)
+    with pytest.raises(_StoppedError):
+        update(15, 16)
+
+
 def test_plan_time_limit(studio):
     plans = PlanRunner(studio.app.state.runner.calibration, time_limit_s=1e-3)
     plans.start(TINY_PLAN)

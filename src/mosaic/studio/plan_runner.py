@@ -429,6 +429,8 @@ class PlanRunner:
     def _progress(self, job: PlanJob) -> Any:
         def update(done: int, total: int) -> None:
             job.done, job.total = done, total
+            if done >= total:  # every geometry searched: what is left is the ranking, so a
+                return  # late cancel or limit would throw a finished plan away (a trial)
             if self._cancel.is_set():
                 raise _StoppedError("cancelled")
             if time.monotonic() - job.started_s > self.time_limit_s:
