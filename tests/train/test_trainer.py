@@ -912,3 +912,19 @@ def test_one_sigterm_stops_a_long_step_promptly_from_outside(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "run.json"]
     assert (out / "metrics.jsonl").read_text() == ""
     assert json.loads((out / "run.json").read_text())["total_steps"] == 2
+
+
+def test_run_info_of_synthetic_data_states_no_corpus(tmp_path):
+    """Synthetic ids come from no corpus: run.json said data_tokens 0 and data_epochs
+    ~7e-17 (a trial); both are null there, and a corpus's are its size and passes."""
+    runs = {"synthetic": {"format": "synthetic", "path": None}, "corpus": {}}
+    for name, data in runs.items():
+        config = train_config_from_mapping(
+            tiny_job(data=data, run={"tokens": 2 * 8 * 32}), "job")
+        train(config, tmp_path / name)
+        runs[name] = json.loads((tmp_path / name / "run.json").read_text())
+    assert runs["synthetic"]["data_tokens"] is None and runs["synthetic"]["data_epochs"] is None
+    corpus_bytes = CORPUS.stat().st_size
+    windows = (corpus_bytes - 1) // 32
+    assert runs["corpus"]["data_tokens"] == corpus_bytes
+    assert runs["corpus"]["data_epochs"] == pytest.approx(2 * 8 / windows)

@@ -737,6 +737,7 @@ class Trainer:
                 f"{MAX_EPOCHS_LIKE_UNIQUE:g} epochs repeated tokens are worth less than new "
                 "ones (Muennighoff et al. 2023), and the paper's law assumes unique tokens",
                 MosaicWarning, stacklevel=2)
+        synthetic = self.data.synthetic_vocab is not None
         info = {
             "geometry": asdict(self.geometry),
             "n_total": int(self.counts.n_total), "n_active": int(self.counts.n_active),
@@ -746,8 +747,9 @@ class Trainer:
             "device": str(self.device), "autocast": str(self.autocast_dtype),
             "schedule": asdict(self.schedule), "peak_lr_source": self.peak_lr_source,
             "flops": asdict(self.flops),
-            "data_tokens": self.data.n_tokens,
-            "data_epochs": epochs,
+            # synthetic ids come from no corpus: no size, no passes (were 0 and ~7e-17)
+            "data_tokens": None if synthetic else self.data.n_tokens,
+            "data_epochs": None if synthetic else epochs,
             "config": json.loads(self.config.model_dump_json()),
         }
         (self.out_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
