@@ -1087,6 +1087,46 @@ def test_the_stacks_default_deepep_on_one_expert_rank_is_written_as_alltoall():
     assert parse_megatron(eight.text).moe_flex_dispatcher_backend == "deepep"
 
 
+def test_the_stacks_default_deepep_on_one_expert_rank_is_written_back_unstated(tmp_path):
+    """The layout rules refuse a stated DeepEP at etp·ep = 1, not the stack's default (docs/
+    stacks.md): a megatron-bridge job at ep 1 on H100 written back with --to yaml stated
+    deepep, and its own `mosaic perf` refused it; a plan whose optimum ran there could not
+    be exported to any target (its job was refused). Both leave the default unstated, so the
+    file loads again with the DeepEP it was costed with."""
+    from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import default_calibration
+
+    calibration = default_calibration()
+    base = ["performance.stack=megatron-bridge", "hardware.node_type=p5.48xlarge"]
+    for ep, stated in ((1, False), (8, True)):  # ep 8: the dispatcher is written as before
+        out = tmp_path / f"ep{ep}.yaml"
+        sets = [arg for name in [*base, f"parallelism.ep={ep}"] for arg in ("--set", name)]
+        result = runner.invoke(app, ["export", str(JOB), "--to", "yaml", "--out", str(out),
+                                     *sets])
+        assert result.exit_code == 0, result.output
+        assert ("dispatcher" in yaml.safe_load(out.read_text())["parallelism"]) is stated
+        written, source = load_job(out), load_job(JOB, [*base, f"parallelism.ep={ep}"])
+        assert written.workload.dispatcher is source.workload.dispatcher
+        assert math.isclose(predict_job(written, calibration).prediction.step_time_s[0],
+                            predict_job(source, calibration).prediction.step_time_s[0],
+                            rel_tol=1e-9)
+    plan = tmp_path / "plan.json"
+    result = runner.invoke(app, ["plan", "--gpu", "H100", "--stack", "megatron-bridge",
+                                 "--nodes", "1", "--days", "30", "--q", "4", "--experts", "16",
+                                 "--top-k", "2", "--split-factor", "1", "--ep", "1", "--tp", "1",
+                                 "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    plan.write_text(result.stdout)
+    optimum = json.loads(result.stdout)["optimum"]["parallelism"]
+    assert (optimum["ep"], optimum["etp"]) == (1, 1) and "dispatcher" not in optimum
+    for target in ("megatron", "yaml"):
+        out = tmp_path / f"plan.{target}"
+        result = runner.invoke(app, ["export", str(plan), "--to", target, "--out", str(out)])
+        assert result.exit_code == 0, (target, result.output)
+    assert load_job(tmp_path / "plan.yaml").workload.dispatcher.value == "deepep"
+
+
 @pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
 def test_a_launch_config_read_back_is_named_as_such(target, tmp_path):
     """`mosaic perf` on an exported torchtitan TOML said 'malformed YAML', on a MaxText file

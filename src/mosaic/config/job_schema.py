@@ -1038,7 +1038,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         hardware["usable_memory_fraction"] = spec.usable_memory_fraction
     return {
         "model": model_document(workload.geometry, spec.model_name),
-        "parallelism": parallelism_document(row, str(workload.dispatcher))
+        "parallelism": parallelism_document(row, str(workload.dispatcher), workload.stack)
         | ({"ep_overlap": workload.ep_overlap} if workload.ep_overlap or explicit else {})
         | ({"dispatch_fp8": workload.dispatch_fp8}
            if workload.dispatch_fp8 or explicit else {})

@@ -19,6 +19,7 @@ from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import AttentionKernel, gpu_generation
+from mosaic.perf.constraints import stated_dispatcher_refused
 from mosaic.perf.pipeline_layout import (
     LOSS,
     MTP,
@@ -475,8 +476,12 @@ def _with_mtp_modules(text: str, mtp_layers: int) -> str:
     return text if ending is None else text[:ending.start()] + MTP * mtp_layers + LOSS
 
 
-def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> dict[str, object]:
-    """The canonical ``parallelism`` block of one plan row (:meth:`ParallelPlans.row`)."""
+def parallelism_document(row: dict[str, int | str | bool], dispatcher: str,
+                         stack: str) -> dict[str, object]:
+    """The canonical ``parallelism`` block of one plan row (:meth:`ParallelPlans.row`) on
+    ``stack``: the dispatcher it was costed with, unless the layout rules refuse that one
+    stated there (:func:`~mosaic.perf.constraints.stated_dispatcher_refused`: the stack's
+    default DeepEP on one expert rank), which is left to the stack's default again."""
     document: dict[str, object] = {key: row[key] for key in ("tp", "pp", "vpp", "cp", "dp",
                                                              "ep", "etp")}
     # A row without it comes from the layout search, which sets it with tp > 1.
@@ -485,7 +490,8 @@ def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> d
     document["sharding"] = str(row["sharding"])
     if row["sharding"] == "hsdp" and row.get("hsdp_shard") is not None:
         document["hsdp_shard"] = row["hsdp_shard"]
-    document["dispatcher"] = str(dispatcher)
+    if not stated_dispatcher_refused(stack, str(dispatcher), int(row["ep"]), int(row["etp"])):
+        document["dispatcher"] = str(dispatcher)
     if row.get("pipeline_layout"):  # a planned pipeline split (Megatron's layout string)
         document["pipeline_layout"] = str(row["pipeline_layout"])
     return document

@@ -1139,11 +1139,15 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any],
     from mosaic.config.convert import model_document
     from mosaic.config.job_schema import SEARCH_LIMIT_FIELDS, training_block
     from mosaic.config.layout import batch_document
+    from mosaic.perf.constraints import stated_dispatcher_refused
 
     parallelism: dict[str, Any] = {
         "tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "dp": spec.dp,
         "ep": spec.ep, "etp": spec.etp, "sequence_parallel": spec.sequence_parallel,
-        "sharding": spec.sharding, "dispatcher": spec.dispatcher}
+        "sharding": spec.sharding}
+    # (a stack's default the layout rules refuse stated stays the default, as in a job's)
+    if not stated_dispatcher_refused(spec.stack, spec.dispatcher, spec.ep, spec.etp):
+        parallelism["dispatcher"] = spec.dispatcher
     if spec.sharding == "hsdp" and spec.hsdp_shard:
         parallelism["hsdp_shard"] = spec.hsdp_shard
     for flag in ("ep_overlap", "dispatch_fp8", "tp_comm_overlap"):

@@ -17,6 +17,7 @@ from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
 from mosaic.perf.workload import Dispatcher, Workload
+from mosaic.stacks import StackTraits, get_stack
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,8 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
     return rules
 
 
-def _flex_dispatcher_rules(workload: Workload, plans: ParallelPlans
-                           ) -> list[tuple[str, np.ndarray]]:
+def _flex_dispatcher_rules(traits: StackTraits, dispatcher: Dispatcher, ep: np.ndarray,
+                           etp: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """A stated DeepEP or HybridEP dispatcher needs more than one rank in the group it runs
     over (stack traits ``deepep_group``, ``hybridep_group``): Megatron-Core's
     MoEFlexTokenDispatcher asserts "DeepEP dispatcher requires TPxEP > 1" over expert-TP x EP
@@ -102,8 +103,6 @@ def _flex_dispatcher_rules(workload: Workload, plans: ParallelPlans
     more than one rank (components/moe/parallelizer.py @ 36044ad3d). torchtitan also runs
     DeepEP with etp 1 only (trait ``deepep_etp``: "DeepEP with Expert Tensor Parallelism
     (ETP) is not supported yet", NotImplementedError, same file @ 1a36996b8)."""
-    dispatcher = workload.dispatcher
-    traits = workload.traits
     group = {Dispatcher.DEEPEP: traits.deepep_group,
              Dispatcher.HYBRIDEP: traits.hybridep_group}.get(dispatcher)
     rules = []
@@ -111,17 +110,30 @@ def _flex_dispatcher_rules(workload: Workload, plans: ParallelPlans
         rules.append((f"ep={{ep}} with the {dispatcher.value} dispatcher: it needs ep > 1 "
                       f"({traits.name} runs no {dispatcher.value} dispatcher at "
                       "expert_parallel_degree 1); state dispatcher alltoall or ep > 1",
-                      plans.ep == 1))
+                      ep == 1))
     elif group == "etp_ep":
         rules.append((f"etp·ep={{etp}}·{{ep}} with the {dispatcher.value} dispatcher: "
                       "Megatron-Core's flex dispatcher asserts TPxEP > 1; state dispatcher "
                       "alltoall or etp·ep > 1",
-                      plans.ep * plans.etp == 1))
+                      ep * etp == 1))
     if dispatcher is Dispatcher.DEEPEP and not traits.deepep_etp:
         rules.append((f"etp={{etp}} with the deepep dispatcher: {traits.name} runs DeepEP "
                       "with etp 1 only (NotImplementedError); state etp 1 or dispatcher "
-                      "alltoall", plans.etp > 1))
+                      "alltoall", etp > 1))
     return rules
+
+
+def stated_dispatcher_refused(stack: str, dispatcher: str, ep: int, etp: int) -> bool:
+    """Whether the layout rules refuse ``dispatcher`` on a layout of ``ep`` and ``etp`` when
+    a job states it (:func:`_flex_dispatcher_rules`), as they do not refuse the stack's
+    default: a job or plan written back leaves such a default unstated, so that it loads
+    again with the dispatcher it was costed with (the stack's DeepEP on one expert rank).
+    False for a name that is no dispatcher (the job's own check refuses it)."""
+    if dispatcher not in {member.value for member in Dispatcher}:
+        return False
+    rules = _flex_dispatcher_rules(get_stack(stack), Dispatcher(dispatcher),
+                                   np.asarray([ep]), np.asarray([etp]))
+    return any(bool(np.any(broken)) for _, broken in rules)
 
 
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
@@ -219,7 +231,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
     if moe is not None and workload.traits.megatron_moe_rules:
         rules += _megatron_moe_rules(workload, plans)
     if moe is not None and workload.dispatcher_stated:
-        rules += _flex_dispatcher_rules(workload, plans)
+        rules += _flex_dispatcher_rules(workload.traits, workload.dispatcher, plans.ep,
+                                        plans.etp)
     if moe is not None and moe.shared_experts > 0:
         # the shared experts' one MLP splits over tp (its ColumnParallelLinear divides the
         # output size by the tp world size)

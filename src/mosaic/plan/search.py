@@ -541,7 +541,8 @@ class PlanResult:
             entry["model"] = model_document(grid.geometry(row))
         plan = table.plans[row]
         if plan is not None:  # the layout and batch as a job file writes them (docs/schema.md)
-            entry["parallelism"] = parallelism_document(plan, str(self.envelope.dispatcher))
+            entry["parallelism"] = parallelism_document(plan, str(self.envelope.dispatcher),
+                                                       self.envelope.stack)
             entry["batch"] = batch_document(entry["global_batch"], self.envelope.seq_len,
                                             int(plan["micro_batch"]))
         return entry
