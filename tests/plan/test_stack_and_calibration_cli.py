@@ -128,6 +128,10 @@ def test_stack_version_gives_every_candidate_the_release_recipes() -> None:
     assert modern["optimum"]["tokens_per_s"] > older["optimum"]["tokens_per_s"]
     versus = run_json("plan", *bridge, "--stack-version", "26.06", "--versus", "paper-p6b200")
     assert versus["versus"]["plans"][1]["stack"] == "paper-nemo"
+    # each stack's own default dispatcher (Bridge's HybridEP on Blackwell was planned on the
+    # paper's stack, which runs the all-to-all only, Appendix F.3; then refused)
+    assert modern["optimum"]["parallelism"]["dispatcher"] == "hybridep"
+    assert versus["versus"]["plans"][1]["optimum"]["parallelism"]["dispatcher"] == "alltoall"
     bad = runner.invoke(app, ["plan", *bridge, "--stack-version", "26.6"])
     assert bad.exit_code == 2 and "expected a release YY.MM" in bad.output
 

@@ -37,6 +37,7 @@ from mosaic.cli.layout_options import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
+from mosaic.config.layout import dispatcher_for
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw
@@ -299,8 +300,13 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
     modern stacks against 90% of it)."""
     headroom = envelope.headroom if (envelope.headroom is not None
                                      and envelope.headroom.origin == "user") else None
+    stack = planning_stack(other)
+    # An unstated dispatcher is each stack's own default: megatron-bridge's HybridEP on
+    # Blackwell is not the paper's stack's, which runs the all-to-all only (Appendix F.3).
+    dispatcher = (envelope.dispatcher if envelope.dispatcher_stated else
+                  dispatcher_for(None, stack, envelope.system.device.name, True, []))
     # A release's defaults belong to the first stack; the other plans without them.
-    return replace(envelope, stack=planning_stack(other), headroom=headroom,
+    return replace(envelope, stack=stack, headroom=headroom, dispatcher=dispatcher,
                    stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False,
                    fused_grouped_mlp=False, quantised_gemms=QuantisedGemms.ALL)
 
