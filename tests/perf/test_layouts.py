@@ -428,6 +428,43 @@ def test_nemo_automodel_runs_deepep_and_hybridep_over_ep_alone():
         assert first_reason(plan_violations(hybridep, plan, 16), plan, 0) is None
 
 
+def test_nemo_automodel_offers_no_expert_tensor_parallelism():
+    """NeMo AutoModel shards routed experts over the EP mesh alone and refuses any TP plan
+    that targets them, "routed experts must remain EP-owned" (components/moe/parallelizer.py
+    and tp_plan_validation.py @ 36044ad3d): a search on it tries etp 1 only, an etp 2 pin
+    is one line, and a job at tp 2, etp 2 is refused while tp 2, etp 1 runs; torchtitan's
+    search still pairs tp 2 with etp 2 (test_moe_enumeration_pairs_expert_tp_with_tp)."""
+    from dataclasses import replace
+
+    from mosaic.config.job_schema import job_from_document
+    from mosaic.errors import InvalidLayoutError
+    from mosaic.evaluate.job import predict_job
+
+    limits = LayoutLimits(tp=(1, 2), pp=1, micro_batches=(1,), sharding=("fsdp",),
+                          checkpointing=("none",))
+    automodel = replace(tiny_moe(), stack="nemo-automodel")
+    titan = replace(tiny_moe(), stack="torchtitan")
+    assert set(candidate_plans(automodel, 8, 8, limits).etp.tolist()) == {1}
+    assert set(candidate_plans(titan, 8, 8, limits).etp.tolist()) == {1, 2}
+    with pytest.raises(MosaicInputError,
+                       match=r"^layout etp: stack 'nemo-automodel' offers only etp in \(1,\)$"):
+        candidate_plans(automodel, 8, 8, replace(limits, etp=2))
+
+    def job(etp):
+        return job_from_document({
+            "model": {"layers": 4, "d_model": 1024, "heads": 8, "kv_heads": 8,
+                      "head_dim": 128, "ffn": 1024, "vocab": 32000,
+                      "moe": {"experts": 16, "top_k": 2, "expert_ffn": 512}},
+            "batch": {"global_seqs": 64, "seq_len": 4096},
+            "parallelism": {"tp": 2, "etp": etp, "pp": 1, "ep": 4, "sharding": "fsdp"},
+            "performance": {"precision": "bf16", "stack": "nemo-automodel"},
+            "hardware": {"system": "DGX-H100", "nodes": 2}}, "test")
+
+    assert predict_job(job(1), CALIBRATION).prediction is not None
+    with pytest.raises(InvalidLayoutError, match="etp: stack 'nemo-automodel' offers only"):
+        predict_job(job(2), CALIBRATION)
+
+
 def test_a_search_with_deepep_stated_drops_the_layouts_without_an_expert_group():
     """Every layout with ep·etp = 1 is rejected with the DeepEP reason; the same search on
     the all-to-all keeps them."""

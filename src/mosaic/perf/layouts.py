@@ -261,16 +261,18 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
 
 def _offers_only(traits: StackTraits, axis: str) -> str:
     """'layout sharding: stack 'torchtitan' offers only none, fsdp, hsdp': the one wording of
-    a layout the stack does not offer (stack traits layout_sharding, layout_vpp, layout_pp)."""
+    a layout the stack does not offer (stack traits layout_sharding, layout_vpp, layout_pp,
+    layout_etp)."""
     offered = {"sharding": ", ".join(traits.layout_sharding or ()),
-               "vpp": f"vpp in {traits.layout_vpp}", "pp": f"pp in {traits.layout_pp}"}[axis]
+               "vpp": f"vpp in {traits.layout_vpp}", "pp": f"pp in {traits.layout_pp}",
+               "etp": f"etp in {traits.layout_etp}"}[axis]
     return f"layout {axis}: stack {traits.name!r} offers only {offered}"
 
 
 def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     """``limits`` narrowed to the layouts the workload's stack offers (stack traits
-    ``layout_sharding``, ``layout_vpp`` and ``layout_pp``); an empty intersection is an
-    error."""
+    ``layout_sharding``, ``layout_vpp``, ``layout_pp`` and ``layout_etp``); an empty
+    intersection is an error."""
     traits = workload.traits
     changes: dict[str, Any] = {}
     if traits.layout_sharding is not None:
@@ -292,13 +294,21 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
         if not wanted_pp:
             raise MosaicInputError(_offers_only(traits, "pp"))
         changes["pp"] = tuple(wanted_pp)
+    if traits.layout_etp is not None:
+        pinned = limits.etp
+        wanted_etp = (traits.layout_etp if pinned is None else
+                      [e for e in np.atleast_1d(pinned).tolist() if e in traits.layout_etp])
+        if not wanted_etp:
+            raise MosaicInputError(_offers_only(traits, "etp"))
+        changes["etp"] = tuple(wanted_etp)
     return replace(limits, **changes) if changes else limits
 
 
 def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -> str | None:
-    """Why plan ``index`` uses a sharding mode, vpp or pp its stack does not offer (stack
-    traits ``layout_sharding``, ``layout_vpp``, ``layout_pp``: what `layouts` and `plan`
-    search), in the words of :func:`stack_limits`; None when it offers them all."""
+    """Why plan ``index`` uses a sharding mode, vpp, pp or etp its stack does not offer
+    (stack traits ``layout_sharding``, ``layout_vpp``, ``layout_pp``, ``layout_etp``: what
+    `layouts` and `plan` search), in the words of :func:`stack_limits`; None when it offers
+    them all."""
     traits = workload.traits
     sharding = Sharding(int(plans.sharding[index])).name.lower()
     if traits.layout_sharding is not None and sharding not in traits.layout_sharding:
@@ -307,6 +317,8 @@ def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -
         return _offers_only(traits, "vpp")
     if traits.layout_pp is not None and int(plans.pp[index]) not in traits.layout_pp:
         return _offers_only(traits, "pp")
+    if traits.layout_etp is not None and int(plans.etp[index]) not in traits.layout_etp:
+        return _offers_only(traits, "etp")
     return None
 
 

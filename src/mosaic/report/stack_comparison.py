@@ -73,7 +73,8 @@ def _envelope_differences(result: PlanResult, other: PlanResult) -> str:
                      f"{b.usable_memory_fraction:.0%} of HBM")
     mine, theirs = get_stack(a.stack), get_stack(b.stack)
     for label, field in (("sharding modes", "layout_sharding"),
-                         ("virtual pipeline stages", "layout_vpp")):
+                         ("virtual pipeline stages", "layout_vpp"),
+                         ("expert tensor-parallel degrees", "layout_etp")):
         left, right = getattr(mine, field), getattr(theirs, field)
         if left != right:
             def shown(values: tuple[object, ...] | None) -> str:

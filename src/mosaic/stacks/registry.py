@@ -107,6 +107,7 @@ class _Entry(BaseModel):
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
     layout_pp: tuple[int, ...] | None = None
+    layout_etp: tuple[int, ...] | None = None
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     memory_source: str | None = None
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
@@ -191,6 +192,7 @@ class StackTraits:
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     layout_pp: tuple[int, ...] | None  # pipeline degrees it offers; None = any
+    layout_etp: tuple[int, ...] | None  # expert tensor-parallel degrees it offers; None = any
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
