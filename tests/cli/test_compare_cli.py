@@ -526,6 +526,43 @@ def test_a_ranked_candidate_has_no_breakdowns_and_says_so(plans):
     assert odd.exit_code == 2 and "must be a candidate's rank" in odd.output
 
 
+def test_a_plan_missing_a_figure_is_refused_or_its_null_says_why(plans):
+    """A hand-edited plan without one of its optimum's figures gave a bare null (the CLI
+    contract asks a reason beside each), and one without its optimum step's memory
+    breakdown a TypeError: a figure every plan writes for each candidate (loss, step time,
+    ...) and a half step breakdown are refused in one line; an envelope field a plan may
+    lack (days, goodput, the memory headroom) leaves its figure null with a note naming it."""
+    path = plans[0]
+    document = json.loads(path.read_text())
+
+    def edited(block: str, field: str) -> Path:
+        changed = json.loads(json.dumps(document))
+        del changed[block][field]
+        out = path.with_name(f"no_{block}_{field}.json")
+        out.write_text(json.dumps(changed))
+        return out
+
+    for block, field in (("optimum", "loss"), ("optimum", "step_time_s"),
+                         ("optimum_step", "memory_breakdown_bytes"),
+                         ("optimum_step", "breakdown_s")):
+        result = runner.invoke(app, ["compare", str(path), str(edited(block, field)),
+                                     "--json"])
+        assert result.exit_code == 2, (field, result.output)
+        assert result.output.strip().endswith(
+            f"{block} has no field {field!r}; expected the output of `mosaic plan --json`")
+        assert len(result.output.strip().splitlines()) == 1
+    for field, key, named in (("days", "days", "envelope.days"),
+                              ("goodput", "goodput", "envelope.goodput.goodput"),
+                              ("memory_headroom", "usable_memory_gib",
+                               "envelope.memory_headroom.usable_memory_fraction")):
+        doc = invoke_json("compare", str(path), str(edited("envelope", field)))
+        assert doc["b"][key] is None and named in doc["b"][f"{key}_note"]
+        assert f"{key}_note" not in doc["a"] and doc["a"][key] is not None
+        # each note sits beside its own null only: the other side's figures are checked too
+        assert not json_problems({k: v for k, v in doc["b"].items()
+                                  if k not in {f"{key}_note", key}})
+
+
 def test_a_stated_goodput_without_tokens_sets_the_jobs_window(tmp_path):
     """training.goodput without training.tokens was ignored for the --goodput default of 1
     (a review); the job's own goodput counts, and it survives export --to yaml."""

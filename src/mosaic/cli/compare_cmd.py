@@ -170,6 +170,11 @@ def _job_geometry(geometry: Any) -> dict[str, Any]:
 _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "memory_bytes",
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 _ENVELOPE_NUMBERS = ("days", "n_devices", "gpu_hours", "hbm_bytes_per_device")
+# the optimum's figures compare sets side by side, which a plan writes for every candidate
+# (plan.search.PlanResult.candidate): one missing is an edited plan, refused rather than
+# compared as a bare null (a fuzz trial; the CLI contract, cli.contract)
+_OPTIMUM_REQUIRED = ("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "n_total",
+                     "n_active", "tokens", "loss")
 
 
 def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str]:
@@ -273,6 +278,10 @@ def _check_plan_blocks(path: Path, document: dict[str, Any]) -> None:
     for block in ("breakdown_s", "memory_breakdown_bytes"):  # shown term by term
         terms = step.get(block)
         if terms is None:
+            if step:  # a plan writes both with its optimum's step; one alone ended in a
+                # TypeError, the other's absence in a bare null (a fuzz trial)
+                raise MosaicInputError(f"{path}: optimum_step has no field {block!r}; "
+                                       "expected the output of `mosaic plan --json`")
             continue
         if not isinstance(terms, dict):
             raise MosaicInputError(f"{path}: 'optimum_step.{block}' is a "
@@ -325,6 +334,14 @@ def _check_plan_ranges(path: Path, optimum: dict[str, Any], envelope: dict[str, 
             check_range(f"{path}: {field_name}", value, kind, **narrowed)
 
 
+def _absent_notes(sources: dict[str, tuple[Any, str]]) -> dict[str, str]:
+    """A ``<key>_note`` for each side figure whose plan field (``sources``: key -> (value,
+    field)) is absent, saying which."""
+    return {f"{key}_note": f"no {key}: the plan file has no {field} (an edited plan, or one "
+                           "written before plans recorded it); rerun `mosaic plan`"
+            for key, (value, field) in sources.items() if value is None}
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -336,6 +353,10 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     envelope = document.get("envelope") or {}
     if not optimum:
         raise MosaicInputError(f"{path}: not a `mosaic plan --json` document with an optimum")
+    for name in _OPTIMUM_REQUIRED:
+        if optimum.get(name) is None:
+            raise MosaicInputError(f"{path}: optimum has no field {name!r}; expected the "
+                                   "output of `mosaic plan --json`")
     # numbers a plan writes are finite and not negative; a hand-edited -6 s step was
     # compared as given (a fuzz trial)
     for block, values, names in (("optimum", optimum, _OPTIMUM_NUMBERS),
@@ -402,6 +423,17 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
         "days": envelope.get("days"),
         "goodput": (envelope.get("goodput") or {}).get("goodput"),
+        # why an envelope figure is null: the plan file lacks what it comes from (the CLI
+        # contract: no bare null where a number belongs)
+        **_absent_notes({
+            "days": (envelope.get("days"), "envelope.days"),
+            "goodput": ((envelope.get("goodput") or {}).get("goodput"),
+                        "envelope.goodput.goodput"),
+            "memory_capacity_gib": (capacity, "optimum_step.capacity_bytes or "
+                                    "envelope.hbm_bytes_per_device"),
+            "usable_memory_gib": (
+                (fraction, "envelope.memory_headroom.usable_memory_fraction") if capacity
+                else (None, "optimum_step.capacity_bytes or envelope.hbm_bytes_per_device"))}),
         "tokens": optimum.get("tokens"),
         # the data the loss counted where the plan had --unique-tokens (Muennighoff et al.)
         **({"effective_tokens": optimum["effective_tokens"], "epochs": optimum.get("epochs")}
