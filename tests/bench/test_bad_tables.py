@@ -97,6 +97,19 @@ def test_bench_compare_of_a_table_without_times_names_the_column(tmp_path):
         result.output.split())
 
 
+def test_bench_compare_of_a_path_that_is_no_directory_says_what_it_is(tmp_path):
+    """`bench compare /dev/null DIR` said "/dev/null does not exist" (a trial): a path that
+    exists and is no directory is named for what it is (a character device, a regular file);
+    only a missing one "does not exist"."""
+    (tmp_path / "table.csv").write_text(COLUMNS)
+    for given, said in (("/dev/null", "bench directory /dev/null is a device, not a directory"),
+                        (str(tmp_path / "table.csv"), "table.csv is a file, not a directory"),
+                        (str(tmp_path / "missing"), "missing does not exist")):
+        result = CliRunner().invoke(app, ["bench", "compare", given, str(tmp_path)])
+        assert result.exit_code == 2, result.output
+        assert said in " ".join(result.output.split()), result.output
+
+
 @pytest.mark.parametrize("text", ["", '{"runs": {"a": 1', "[1, 2]", '{"runs": "x"}',
                                   "[" * 100_000 + "]" * 100_000])
 def test_unreadable_bench_metadata_is_named(tmp_path, text):

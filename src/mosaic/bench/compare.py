@@ -7,6 +7,7 @@ family's summary is the geometric mean ratio over the matched cases.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,26 @@ def newest_rows(directory: Path, family: str) -> pd.DataFrame:
     return frame[frame["metadata_id"].astype(str) == newest]
 
 
+def _what_is(path: Path) -> str:
+    """What an existing path that is no directory is: 'a file', 'a device', 'a pipe' or 'a
+    socket' (its stat mode)."""
+    mode = path.stat().st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a file"
+
+
 def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(matched cases with time_a_s, time_b_s, ratio; per-family summary)."""
     for d in (dir_a, dir_b):
-        if not d.is_dir():
+        if not d.exists():
             raise MosaicInputError(f"bench directory {d} does not exist")
+        if not d.is_dir():  # (a trial: /dev/null "does not exist")
+            raise MosaicInputError(f"bench directory {d} is {_what_is(d)}, not a directory")
         if all(newest_rows(d, family).empty for family in FAMILIES):  # (a trial read "no
             # case in common" for an empty folder)
             raise MosaicInputError(f"bench directory {d} holds no measured case (no bench "
