@@ -128,15 +128,31 @@ def test_convert_writes_what_law_fit_reads_and_raw_files_get_a_hint(tmp_path):
     assert unknown.exit_code == 2 and "allowed: epoch, clark, muennighoff" in unknown.output
 
 
-def test_a_bad_unique_tokens_cell_is_no_crash(tmp_path):
-    """A non-number or zero in unique_tokens crashed `law fit`'s repeated-data warning
-    (a review): such runs are left out of it; the one real repeat is named."""
-    table = tmp_path / "ut.csv"
-    table.write_text("n_total,tokens,unique_tokens,loss\n1e8,1e9,abc,3.0\n2e8,2e9,1e9,2.9\n"
-                     "4e8,4e9,0,2.8\n8e8,8e9,8e9,2.7\n1.6e9,1.6e10,1.6e10,2.6\n"
-                     "3.2e9,3e10,3e10,2.5\n")
-    result = runner.invoke(app, ["law", "fit", str(table), "--form", "chinchilla",
-                                 "--holdout", "0", "--starts", "64", "--refine", "2", "--json"])
+def test_a_bad_unique_tokens_cell_is_refused_and_an_empty_one_is_not_recorded(tmp_path):
+    """A non-number or zero in unique_tokens crashed `law fit`'s repeated-data warning (a
+    review), then was read as unknown, so that run got no warning (a trial: 'abc', -1):
+    each is refused in one line naming its row, as the other count columns are; an empty
+    cell is a run that did not record it, left out of the warning; the one real repeat
+    (2e9 tokens of 1e9 unique: 2 epochs) is named."""
+    rows = ["1e8,1e9,{cell},3.0\n", "2e8,2e9,1e9,2.9\n", "4e8,4e9,4e9,2.8\n",
+            "8e8,8e9,8e9,2.7\n", "1.6e9,1.6e10,1.6e10,2.6\n", "3.2e9,3e10,3e10,2.5\n"]
+
+    def fit(cell: str):
+        table = tmp_path / "ut.csv"
+        table.write_text("n_total,tokens,unique_tokens,loss\n" + rows[0].format(cell=cell)
+                         + "".join(rows[1:]))
+        return runner.invoke(app, ["law", "fit", str(table), "--form", "chinchilla",
+                                   "--holdout", "0", "--starts", "64", "--refine", "2",
+                                   "--json"])
+
+    for cell, said in (("abc", "row 1: column 'unique_tokens' is 'abc', which is not a number"),
+                       ("-1", "row 1: column 'unique_tokens' is -1; it must be a positive"),
+                       ("0", "row 1: column 'unique_tokens' is 0; it must be a positive")):
+        result = fit(cell)
+        assert result.exit_code == 2, (cell, result.output)
+        assert said in " ".join(result.output.split()), result.output
+        assert len(result.output.strip().splitlines()) == 1
+    result = fit("")
     assert result.exit_code == 0, result.output
     assert "1 of 6 runs repeat their data (up to 2.0 epochs)" in result.stderr
 

@@ -39,10 +39,14 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "layers",
     "d_model",
     "vocab",  # the tokenizer's vocabulary (the loss's unit): the law file records its range
+    # the distinct tokens a run's data held (Muennighoff et al. 2023; mosaic.law.datasets):
+    # `law fit` warns of runs that repeat theirs, so a value that is no count is refused
+    # rather than read as unknown (a trial: 'abc' and -1 silenced that warning)
+    "unique_tokens",
 )
-# Optional columns a table may hold empty throughout (runs.csv from result files older than
-# the column): read as absent.
-UNRECORDED_OK = ("vocab",)
+# Optional columns a table may hold empty (runs.csv from result files older than the
+# column): empty throughout reads as absent, an empty cell as not recorded.
+UNRECORDED_OK = ("vocab", "unique_tokens")
 # n_active and sparsity given together must agree to this absolute tolerance in S.
 SPARSITY_AGREEMENT_TOL = 1e-4
 
@@ -80,7 +84,7 @@ def _check_positive(name: str, values: np.ndarray, source: str) -> None:
 # `law predict` then refused the law's own range). Below the token floor a run is merely
 # tiny (a test ladder trains on 512 tokens): fitted as given.
 COLUMN_RANGES = {"n_total": "n_params", "n_active": "n_params", "tokens": "tokens",
-                 "split_factor": "split_factor", "loss": "loss"}
+                 "unique_tokens": "tokens", "split_factor": "split_factor", "loss": "loss"}
 FLOORED_COLUMNS = ("split_factor", "n_total", "n_active")
 # Fewer tokens per parameter than any run trains on: tokens and parameters in different
 # units (a trial's tokens in billions beside raw parameter counts: 1e-9 tokens per
