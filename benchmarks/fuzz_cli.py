@@ -616,6 +616,68 @@ def record_case(rng: random.Random) -> Case:
     return {"argv": argv, "files": files, "json": True, "kind": "ladder record"}
 
 
+HF_CONFIGS = sorted((REPO / "examples" / "hf").glob("*.json"))
+
+
+def _as_json(mutated: bytes) -> bytes:
+    """A mutated document (YAML bytes) as JSON where it still parses, else as it is (a
+    broken file)."""
+    try:
+        return json.dumps(yaml.safe_load(mutated), default=str).encode()
+    except (yaml.YAMLError, RecursionError, TypeError, ValueError):
+        return mutated
+
+
+def hf_config_case(rng: random.Random) -> Case:
+    """`arch --config` over a mutated HuggingFace config.json of examples/hf (nested
+    text_config blocks, lists of layer types, quantisation blocks)."""
+    base = json.loads(rng.choice(HF_CONFIGS).read_text())
+    files = {"config.json": _as_json(mutate_document(base, rng))}
+    argv = ["arch", "--config", "{dir}/config.json"]
+    if rng.random() < 0.3:
+        argv.append("--per-layer")
+    if rng.random() < 0.1:
+        argv += ["--seq-len", _flag(rng)]
+    argv.append("--json")
+    return {"argv": argv, "files": files, "json": True, "kind": "arch hf"}
+
+
+_PLAN_DOCUMENT: list[Any] = []  # the base plan document, written once by warm_up()
+# the blocks compare, export and report read from a plan file (a whole-document mutation
+# lands mostly in its long candidate lists)
+PLAN_BLOCKS = ("optimum", "envelope", "optimum_step", "assumptions", "search_space",
+               "candidates", None)
+
+
+def plan_file_case(rng: random.Random) -> Case:
+    """`compare`, `export` and `report` of a hand-edited `plan --json` document: one block
+    mutated (or the whole file), compared against the unedited plan."""
+    base = _PLAN_DOCUMENT[0]
+    block = rng.choice(PLAN_BLOCKS)
+    if block is None:
+        data = _as_json(mutate_document(base, rng))
+    else:
+        document = copy.deepcopy(base)
+        try:
+            document[block] = yaml.safe_load(mutate_document(document[block], rng))
+            data = json.dumps(document, default=str).encode()
+        except (yaml.YAMLError, RecursionError, TypeError, ValueError):
+            data = b"{" + json.dumps(block).encode() + b": ["  # a cut file
+    files = {"plan.json": data, "base.json": json.dumps(base).encode()}
+    command = rng.choice(["compare", "compare", "export", "report"])
+    rank = rng.choice(["", "", "#1", "#2", "#0", "#99"])
+    if command == "compare":
+        sides = ["{dir}/plan.json" + rank, "{dir}/base.json"]
+        argv = ["compare", *(sides if rng.random() < 0.5 else sides[::-1]), "--json"]
+        return {"argv": argv, "files": files, "json": True, "kind": "compare plan"}
+    if command == "export":
+        argv = ["export", "{dir}/plan.json" + rank, "--to",
+                rng.choice(["megatron", "nemo", "torchtitan", "maxtext", "yaml"])]
+        return {"argv": argv, "files": files, "json": False, "kind": "export plan"}
+    argv = ["report", "{dir}/plan.json", "--out", "{dir}/report.html"]
+    return {"argv": argv, "files": files, "json": False, "kind": "report plan"}
+
+
 def usage_case(rng: random.Random) -> Case:
     argv = rng.choice([["bogus"], ["arch", "--no-such-flag"], ["law"], ["law", "bogus"],
                        ["perf"], ["sweep", "weeks"], ["plan", "--nodes"], ["arch", "--q"],
@@ -636,6 +698,8 @@ GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
     (0.04, usage_case),
     (0.03, collect_case),
     (0.03, record_case),
+    (0.06, hf_config_case),
+    (0.06, plan_file_case),
 ]
 
 
@@ -676,6 +740,8 @@ def warm_up() -> None:
         if outcome.exit_code != 0:
             raise SystemExit(f"warm-up `mosaic {' '.join(argv)}` failed: "
                              f"{outcome.crash or outcome.stderr}")
+        if argv[0] == "plan":  # the document plan_file_case edits
+            _PLAN_DOCUMENT[:] = [json.loads(outcome.stdout)]
 
 
 def encode_case(case: Case, problems: list[str]) -> dict[str, Any]:
