@@ -879,3 +879,32 @@ def test_plan_page_says_the_batch_was_searched_as_the_terminal_does(tmp_path):
     headers = re.findall(r"<th[^>]*>([^<]*)</th>", html.read_text().split(
         'id="candidates-table"')[1].split("</thead>")[0])
     assert headers.index("B") == headers.index("MFU") - 1, headers
+
+
+def test_plan_page_shows_both_optima_of_versus_as_the_terminal_does(tmp_path):
+    """`plan --versus --html` (the README's `make run` with a report): the terminal prints
+    the optimum under each calibration and why they differ; the page left both out."""
+    html = tmp_path / "plan.html"
+    args = ["plan", "--nodes", "1", "--days", "2", "--q", "4", "--experts", "8,16",
+            "--top-k", "1,2", "--split-factor", "1,4", "--s-min", "0.5", "--workers", "1",
+            "--calibration", "paper-p6b200", "--versus", "default"]
+    versus = json.loads(invoke(*args, "--json", "--html", str(html)))["versus"]
+    page = html.read_text()
+    table = page[page.index('id="versus-table"'):]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row)
+             for row in table.split("</tbody>")[0].split("<tr")[2:]]
+    assert [row[0] for row in cells] == ["paper-p6b200 / paper-nemo", "default / megatron-core"]
+    for row, entry in zip(cells, versus["plans"], strict=True):
+        best = entry["optimum"]
+        assert row[1:5] == [str(best[k]) for k in ("q", "experts", "top_k", "split_factor")]
+        assert f"{best['loss']:.4f}" in row and f"{best['mfu']:.1%}" in row
+    text = " ".join(html_escape_free(page).split())
+    for clause in versus["why"].split("; "):
+        assert " ".join(clause.split()) in text, clause
+
+
+def html_escape_free(page: str) -> str:
+    """The page's text without tags, its entities read back."""
+    from html import unescape
+
+    return unescape(re.sub(r"<[^>]+>", " ", page))

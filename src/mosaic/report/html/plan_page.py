@@ -394,6 +394,32 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+VERSUS_COLUMNS = [
+    Column("label", "calibration / stack", text=True), Column("q", "q"),
+    Column("experts", "E"), Column("top_k", "K"), Column("split_factor", "G"),
+    Column("n_active", "N_act", fmt_si()), Column("sparsity", "S", fmt_float(3)),
+    Column("tokens", "tokens D", fmt_si()), Column("mfu", "MFU", fmt_percent(1)),
+    Column("loss", "loss", fmt_float(4)), Column("layout", "layout", text=True),
+]
+
+
+def _versus_section(versus: dict[str, Any]) -> Section:
+    """`plan --versus`: the optimum under each calibration and why they differ, as the
+    terminal's table (cli/plan_render.print_versus) gives them, one clause a line."""
+    rows = []
+    for entry in versus["plans"]:
+        best = entry["optimum"] or {}  # None: that stack trains nothing here
+        rows.append({**{c.key: best.get(c.key) for c in VERSUS_COLUMNS},
+                     "label": f"{entry['calibration']} / {entry['stack']}",
+                     "layout": layout_label(best["plan"]) if best.get("plan") else None})
+    first, *rest = versus["why"].split("; ")
+    return Section("versus", "The optimum under each stack", [
+        table_html(VERSUS_COLUMNS, rows, table_id="versus-table", sortable=False),
+        note(f"why: {first}" + (";" if rest else "")),
+        *(note(clause + (";" if index < len(rest) - 1 else ""))
+          for index, clause in enumerate(rest))])
+
+
 def plan_sections(document: dict[str, Any]) -> list[Section]:
     rows = _candidate_rows(document)
     has_uncertainty = any("p_optimal" in r for r in rows)
@@ -450,6 +476,8 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
     else:
         chosen.body.append(note("No breakdown in this document (no trainable optimum)."))
     sections.append(chosen)
+    if "versus" in document:  # `plan --versus`: the page left out the terminal's table
+        sections.append(_versus_section(document["versus"]))
     uncertainty = Section("uncertainty", "Uncertainty")
     if has_uncertainty:
         uncertainty.body.append(note(
