@@ -257,3 +257,38 @@ def test_memory_limit_labels_are_clear_of_their_lines(reports, offline_driver, b
             crossed = (left < l_right and l_left < right and top < l_bottom
                        and l_top < bottom)
             assert not crossed, ((left, top, right, bottom), (l_left, l_top, l_right, l_bottom))
+
+
+def test_a_row_taller_than_its_scroll_box_shows_its_label(tmp_path, offline_driver, browser):
+    """validate's assumption table on the published runs: one assumption beside a hundred
+    run ids made a row taller than the table's scroll box, and the label, centred in the
+    row, sat below the box's edge: the reader saw ids with no assumption. Every cell's text
+    starts at its row's top, inside the box."""
+    from mosaic.report.html.page import (
+        WHOLE_TABLE_ROWS,
+        Column,
+        Section,
+        render_page,
+        table_html,
+    )
+
+    ids = ", ".join(f"run-{i:03d}-with-a-long-name" for i in range(300))
+    rows = [{"what": f"assumption {i}", "runs": 300, "ids": ids}
+            for i in range(WHOLE_TABLE_ROWS + 1)]  # a scroll box
+    table = table_html([Column("what", "assumption", text=True), Column("runs", "runs"),
+                        Column("ids", "run ids", text=True)], rows, table_id="tall")
+    page = tmp_path / "tall.html"
+    page.write_text(render_page("tall rows", "", [Section("t", "t", [table])]))
+    offline_driver.get(page.as_uri())
+    box, label, count = offline_driver.execute_script(
+        "function top(cell) { var r = document.createRange(); r.selectNodeContents(cell);"
+        "  var b = r.getBoundingClientRect(); return [b.top, b.bottom]; }"
+        "var b = document.querySelector('.scroll').getBoundingClientRect();"
+        "var cells = document.querySelectorAll('#tall tbody tr:first-child td');"
+        "return [[b.top, b.bottom], top(cells[0]), top(cells[1])];")
+    row_height = offline_driver.execute_script(
+        "return document.querySelector('#tall tbody tr').getBoundingClientRect().height;")
+    assert row_height > box[1] - box[0], "the row must outgrow its box for this test"
+    for text in (label, count):
+        assert box[0] <= text[0] and text[1] <= box[1], (box, text)
+    assert browser.console_errors(offline_driver) == []
