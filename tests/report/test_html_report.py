@@ -313,6 +313,27 @@ def test_validate_ranks_within_groups():
     assert rank_figure(runs[:1]) is None
 
 
+def forty_groups_of_runs() -> list[dict]:
+    """Two runs in each of 40 model+GPU groups (the published runs hold about that many)."""
+    return [{"id": f"g{g}-r{i}", "group": f"model {g} @ GPU", "measured_tokens_per_s_per_gpu":
+             100.0 + i, "predicted_tokens_per_s_per_gpu": 100.0 + (1 - i) * (g % 2) + i}
+            for g in range(40) for i in range(2)]
+
+
+def test_every_rank_group_is_drawn_its_own_way():
+    """The rank chart drew 40 groups in plotly's 10 default colours, four groups a colour,
+    lines and markers alike: which group sat off the diagonal could not be read. Each group
+    now has its own colour, marker and dash combination."""
+    from mosaic.report.html.validate_sweep_page import rank_figure
+
+    figure = rank_figure(forty_groups_of_runs())
+    groups = [t for t in figure.data if t.name != "same rank"]
+    assert len(groups) == 40
+    styles = {(t.marker.color, t.marker.symbol, t.line.dash) for t in groups}
+    assert len(styles) == 40
+    assert all(t.marker.color == t.line.color for t in groups)
+
+
 def test_plan_page_with_uncertainty_and_cost(tmp_path):
     """With law samples the page gets P(optimal) and intervals; they agree with the JSON."""
     from mosaic.plan import LawSamples, save_samples

@@ -292,3 +292,28 @@ def test_a_row_taller_than_its_scroll_box_shows_its_label(tmp_path, offline_driv
     for text in (label, count):
         assert box[0] <= text[0] and text[1] <= box[1], (box, text)
     assert browser.console_errors(offline_driver) == []
+
+
+def test_the_rank_legend_lists_every_group_without_scrolling(tmp_path, offline_driver,
+                                                             browser):
+    """validate on the published runs: the rank chart's 30-odd groups left its legend a
+    scroll box in a 500 px figure, most groups out of view."""
+    from mosaic.report.html.page import Section, figure_html, render_page
+    from mosaic.report.html.validate_sweep_page import rank_figure
+
+    runs = [{"id": f"g{g}-r{i}", "group": f"model {g} @ GPU",
+             "measured_tokens_per_s_per_gpu": 100.0 + i,
+             "predicted_tokens_per_s_per_gpu": 100.0 + (1 - i) * (g % 2) + i}
+            for g in range(40) for i in range(2)]
+    page = tmp_path / "ranks.html"
+    page.write_text(render_page("ranks", "", [
+        Section("r", "r", [figure_html(rank_figure(runs), "fig-ranks")])]))
+    offline_driver.get(page.as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(offline_driver), what="the rank chart")
+    entries, bar = offline_driver.execute_script(
+        "var p = document.querySelector('[data-figure=fig-ranks] .js-plotly-plot');"
+        "var bar = p.querySelector('.legend .scrollbar');"
+        "return [p.querySelectorAll('.legend .traces').length,"
+        "        bar ? bar.getBoundingClientRect().height : 0];")
+    assert entries == 41 and bar == 0, (entries, bar)
+    assert browser.console_errors(offline_driver) == []

@@ -87,8 +87,30 @@ def _ranks(values: list[float]) -> list[int]:
     return ranks
 
 
+# The rank chart's groups: plotly's ten default colours, then each further round of them
+# with another marker and dash (the published runs' 40 groups drew four groups in each
+# colour, so an off-diagonal line could not be told from the legend)
+RANK_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
+RANK_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+LEGEND_ENTRY_PX = 20  # one vertical legend entry at plotly's default 12 px font
+RANK_FRAME_PX = 100  # the rank figure's title and margins
+
+
+def rank_style(index: int) -> tuple[str, str, str]:
+    """(colour, marker symbol, dash) of the ``index``-th group of the rank chart, distinct
+    for the first 60 groups."""
+    from plotly.colors import qualitative
+
+    colours = qualitative.Plotly
+    lap = index // len(colours)
+    return (colours[index % len(colours)], RANK_SYMBOLS[lap % len(RANK_SYMBOLS)],
+            RANK_DASHES[lap % len(RANK_DASHES)])
+
+
 def rank_figure(runs: list[dict[str, Any]]) -> Any | None:
-    """Per model+GPU group: measured rank against predicted rank (1 = fastest)."""
+    """Per model+GPU group: measured rank against predicted rank (1 = fastest), each group
+    drawn its own way (:func:`rank_style`), the figure tall enough that its legend lists
+    every group without scrolling."""
     import plotly.graph_objects as go
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -100,20 +122,23 @@ def rank_figure(runs: list[dict[str, Any]]) -> Any | None:
         return None
     figure = go.Figure()
     largest = 1
-    for group, rs in sorted(groups.items()):
+    for index, (group, rs) in enumerate(sorted(groups.items())):
         measured = _ranks([r["measured_tokens_per_s_per_gpu"] for r in rs])
         predicted = _ranks([r["predicted_tokens_per_s_per_gpu"] for r in rs])
         largest = max(largest, len(rs))
+        colour, symbol, dash = rank_style(index)
         figure.add_trace(go.Scatter(
             x=measured, y=predicted, mode="markers+lines", name=group,
-            text=[r["id"] for r in rs], line={"width": 1},
+            text=[r["id"] for r in rs], line={"width": 1, "color": colour, "dash": dash},
+            marker={"color": colour, "symbol": symbol, "size": 7},
             hovertemplate="%{text}<br>measured rank %{x}, predicted rank %{y}<extra>"
                           f"{group}</extra>"))
     figure.add_trace(go.Scatter(x=[1, largest], y=[1, largest], mode="lines",
                                 name="same rank", line={"color": "black", "dash": "dash"}))
     figure.update_layout(title="Rank within each model+GPU group (1 = fastest)",
                          xaxis_title="measured rank", yaxis_title="predicted rank",
-                         height=500, margin={"t": 50, "b": 50, "l": 60, "r": 20})
+                         height=max(500, RANK_FRAME_PX + LEGEND_ENTRY_PX * len(figure.data)),
+                         margin={"t": 50, "b": 50, "l": 60, "r": 20})
     return figure
 
 
