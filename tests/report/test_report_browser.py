@@ -317,3 +317,25 @@ def test_the_rank_legend_lists_every_group_without_scrolling(tmp_path, offline_d
         "        bar ? bar.getBoundingClientRect().height : 0];")
     assert entries == 41 and bar == 0, (entries, bar)
     assert browser.console_errors(offline_driver) == []
+
+
+def test_the_model_flops_pick_shows_where_it_is_the_optimum(reports, offline_driver, browser):
+    """The frontier's legend lists the model-FLOPs pick (a diamond) and the cluster optimum
+    (a star); where they are one geometry (a loss gap of 0, as in this plan and the
+    README's) the 14 px diamond lay under the 18 px star: a legend entry with no mark on
+    the chart. The diamond now reaches past the star around it."""
+    driver = offline_driver
+    driver.get(reports["plan"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver), what="the plan figures")
+    boxes = driver.execute_script(
+        "var p = document.querySelector('[data-figure=fig-frontier] .js-plotly-plot');"
+        "var layers = p.querySelectorAll('.scatterlayer .trace');"
+        "function box(symbol) { var i = p.data.findIndex(function (t) {"
+        "    return t.marker && t.marker.symbol === symbol; });"
+        "  var b = layers[i].querySelector('path.point').getBoundingClientRect();"
+        "  return [b.left, b.top, b.right, b.bottom, p.data[i].x[0], p.data[i].y[0]]; }"
+        "return [box('diamond'), box('star')];")
+    diamond, star = boxes
+    assert diamond[4:] == star[4:], "the case drawn here: the pick is the optimum"
+    assert diamond[0] < star[0] and diamond[2] > star[2], boxes
+    assert browser.console_errors(driver) == []

@@ -125,6 +125,9 @@ def k_line_style(index: int, symbol: str) -> tuple[str, str]:
             symbol if lap == 0 else K_EXTRA_SYMBOLS[(lap - 1) % len(K_EXTRA_SYMBOLS)])
 
 
+OPTIMUM_MARKER_PX, PICK_MARKER_PX = 18, 28  # the frontier's star and, around it, diamond
+
+
 def frontier_figure(document: dict[str, Any]) -> Any:
     """Paper Fig. 1: L*(S) in the model-FLOPs view and under the cluster, S_feas_max and
     both optima marked."""
@@ -165,7 +168,9 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     flops_loss = min(f["model_flops_loss"])
     figure.add_trace(go.Scatter(
         x=[geometry["sparsity"]], y=[flops_loss], mode="markers",
-        marker={"symbol": "diamond", "size": 14, "color": "#E45756",
+        # larger than the star drawn over it: where the pick is the optimum (a loss gap of
+        # 0) the 14 px diamond hid under the 18 px star and its legend entry had no mark
+        marker={"symbol": "diamond", "size": PICK_MARKER_PX, "color": "#E45756",
                 "line": {"color": "black", "width": 1}}, legendgroup="marks",
         legendgrouptitle_text=None if undeliverable else "marks",
         # the grid geometry nearest the Eq. 16 optimum, as the terminal names it ("model-FLOPs
@@ -175,7 +180,7 @@ def frontier_figure(document: dict[str, Any]) -> Any:
                       "<extra></extra>"))
     figure.add_trace(go.Scatter(
         x=[optimum["sparsity"]], y=[optimum["loss"]], mode="markers",
-        marker={"symbol": "star", "size": 18, "color": "gold",
+        marker={"symbol": "star", "size": OPTIMUM_MARKER_PX, "color": "gold",
                 "line": {"color": "black", "width": 1}}, legendgroup="marks",
         name=f"cluster optimum (S = {optimum['sparsity']:.3f})",
         hovertemplate="MOSAIC optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
