@@ -929,3 +929,18 @@ def html_escape_free(page: str) -> str:
     from html import unescape
 
     return unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_a_layouts_page_where_nothing_fits_says_so_without_empty_charts(tmp_path):
+    """DeepSeek-V3 (671 B parameters) on 8 H100s: no layout fits 80 GB. The page drew an
+    empty scatter on a -1..6 GiB axis with its capacity line off the plot, a table of
+    headers only, and said the breakdowns were missing from 'older JSON'."""
+    html = tmp_path / "layouts.html"
+    document = json.loads(invoke("layouts", str(EXAMPLES / "deepseek_v3_h100.yaml"),
+                                 "--devices", "8", "--json", "--html", str(html)))
+    assert document["n_feasible"] == 0 and document["rows"] == []
+    page = html.read_text()
+    assert "data-figure=" not in page and 'id="layouts-table"' not in page
+    assert "older JSON" not in page
+    assert page.count("No layout is feasible") == 3  # breakdowns, scatter, ranking
+    assert 'id="infeasible-table"' in page and "out of memory" in page

@@ -177,6 +177,15 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
                          *(note(line) for line in job_limit_notes(document))])]
     breakdowns = document.get("top_breakdowns")
     compare = Section("breakdowns", "Best layouts side by side")
+    if not rows:  # nothing fits (a trial: an empty scatter on a -1..6 GiB axis, a table
+        # of headers, and breakdowns said missing from 'older JSON')
+        none = ("No layout is feasible: nothing to break down, plot or rank (section 'Why "
+                "the other layouts are infeasible' says what each one failed).")
+        compare.body.append(note(none))
+        return [*sections, compare,
+                Section("scatter", "MFU against memory", [note(none)]),
+                Section("table", "Ranked layouts (0 listed)", [note(none)]),
+                _infeasible_section(document)]
     if breakdowns:
         bars = [(f"#{b['rank']} {layout_label(b['plan'])}", b) for b in breakdowns]
         compare.body.append(note("Communication bars are the exposed time per parallel axis."))
@@ -213,8 +222,12 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
         note("Click a header to sort; the best layout, the scatter's star, is highlighted."),
         table_html(LAYOUT_COLUMNS, rows, table_id="layouts-table", filterable=True,
                    highlight=lambda r: r["rank"] == 1)]))
-    sections.append(Section("infeasible", "Why the other layouts are infeasible", [
+    sections.append(_infeasible_section(document))
+    return sections
+
+
+def _infeasible_section(document: dict[str, Any]) -> Section:
+    return Section("infeasible", "Why the other layouts are infeasible", [
         table_html([Column("reason", "reason", text=True), Column("plans", "layouts"),
                     Column("example", "example", text=True)], _infeasible_rows(document),
-                   table_id="infeasible-table")]))
-    return sections
+                   table_id="infeasible-table")])
