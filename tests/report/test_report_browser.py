@@ -339,3 +339,36 @@ def test_the_model_flops_pick_shows_where_it_is_the_optimum(reports, offline_dri
     assert diamond[4:] == star[4:], "the case drawn here: the pick is the optimum"
     assert diamond[0] < star[0] and diamond[2] > star[2], boxes
     assert browser.console_errors(driver) == []
+
+
+LABELS_AND_LINES = (
+    "var p = document.querySelector('[data-figure=' + arguments[0] + '] .js-plotly-plot');"
+    "function box(e) { var b = e.getBoundingClientRect();"
+    "  return [b.left, b.top, b.right, b.bottom]; }"
+    "return [Array.prototype.map.call(p.querySelectorAll('.annotation-text'), box),"
+    "        Array.prototype.map.call(p.querySelectorAll('.shapelayer path'), box)];")
+
+
+def test_an_out_of_memory_jobs_limit_labels_are_clear_of_the_lines(tmp_path, offline_driver,
+                                                                    browser):
+    """DeepSeek-V3 on H100s without a pipeline, ep 8 (391 GiB a GPU on 79 GiB): the bar
+    stretched the axis, the 8 GiB between the capacity and usable lines became a few pixels,
+    and the dotted capacity line ran through 'usable 71.2 GiB (90%)', labelled between
+    the two."""
+    html = tmp_path / "perf.html"
+    result = runner.invoke(app, ["perf", str(EXAMPLES / "deepseek_v3_h100.yaml"), "--set",
+                                 "parallelism.pp=1", "--set", "parallelism.vpp=1", "--set",
+                                 "parallelism.ep=8",
+                                 "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    assert "OUT OF MEMORY" in result.output
+    offline_driver.get(html.as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(offline_driver), what="the perf figures")
+    labels, lines = offline_driver.execute_script(LABELS_AND_LINES, "fig-memory")
+    assert len(labels) == 2 and len(lines) == 2, (labels, lines)
+    for left, top, right, bottom in labels:
+        for l_left, l_top, l_right, l_bottom in lines:
+            crossed = (left < l_right and l_left < right and top < l_bottom
+                       and l_top < bottom)
+            assert not crossed, ((left, top, right, bottom), (l_left, l_top, l_right, l_bottom))
+    assert browser.console_errors(offline_driver) == []
