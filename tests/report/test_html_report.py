@@ -944,3 +944,31 @@ def test_a_layouts_page_where_nothing_fits_says_so_without_empty_charts(tmp_path
     assert "older JSON" not in page
     assert page.count("No layout is feasible") == 3  # breakdowns, scatter, ranking
     assert 'id="infeasible-table"' in page and "out of memory" in page
+
+
+def table_headers(page: str, table_id: str) -> list[str]:
+    """The header texts of one table of a page."""
+    head = page.split(f'id="{table_id}"')[1].split("</thead>")[0]
+    return re.findall(r"<th[^>]*>([^<]*)</th>", head)
+
+
+def test_backbone_pages_name_variants_by_depth_and_width_not_q(tmp_path):
+    """A --backbone plan's and sweep's variants all have q = 0: the terminal's tables show
+    L×d, the pages a q column of zeros; the sweep's search space printed the backbone as a
+    Python dictionary ({'layers': 48, ...})."""
+    backbone = ["--backbone", str(EXAMPLES / "hf" / "qwen3-30b-a3b.json"), "--experts",
+                "64,128", "--top-k", "4,8", "--days", "10", "--workers", "1"]
+    plan_html, sweep_html = tmp_path / "plan.html", tmp_path / "sweep.html"
+    document = json.loads(invoke("plan", *backbone, "--nodes", "8", "--json", "--html",
+                                 str(plan_html)))
+    assert {c["q"] for c in document["candidates"]} == {0}
+    invoke("sweep", "nodes", "--values", "4,8", *backbone, "--html", str(sweep_html))
+    for html, table in ((plan_html, "candidates-table"), (sweep_html, "sweep-table")):
+        headers = table_headers(html.read_text(), table)
+        assert "q" not in headers and {"L", "d"} <= set(headers), (table, headers)
+    space = sweep_html.read_text().split('id="space-table"')[1].split("</table>")[0]
+    assert "{" not in space and "variants of the --backbone model: vocabulary 151,936" in space
+    # the paper's ladder keeps its q column
+    ladder = tmp_path / "ladder.html"
+    invoke("plan", *TINY_PLAN, "--html", str(ladder))
+    assert "q" in table_headers(ladder.read_text(), "candidates-table")

@@ -434,6 +434,13 @@ def layout_text(plan: Mapping[str, Any] | None, compact: bool = False) -> str:
     return " ".join(parts)
 
 
+def is_ladder(space: dict[str, Any]) -> bool:
+    """Whether a plan's grid (``SearchSpace.to_dict()``) is the paper's ladder, whose q names
+    each geometry, rather than a --backbone's variants (q = 0 for all, named by depth and
+    width: the terminal's tables show L×d there, cli/plan_render.print_ranking)."""
+    return "backbone" not in space
+
+
 def grid_vocab(space: dict[str, Any]) -> int:
     """The vocabulary every geometry of a plan's grid shares: the ladder's GPT-2 BPE, or the
     backbone's (``SearchSpace.to_dict()``)."""

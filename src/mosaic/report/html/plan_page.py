@@ -34,6 +34,7 @@ from mosaic.report.plan_report import (
     GEOMETRY_AXES,
     geometry_label,
     grid_template_text,
+    is_ladder,
     layout_limits_text,
     loss_gap_text,
     model_limits_text,
@@ -408,18 +409,23 @@ VERSUS_COLUMNS = [
 ]
 
 
-def _versus_section(versus: dict[str, Any]) -> Section:
+def _versus_section(versus: dict[str, Any], ladder: bool) -> Section:
     """`plan --versus`: the optimum under each calibration and why they differ, as the
-    terminal's table (cli/plan_render.print_versus) gives them, one clause a line."""
+    terminal's table (cli/plan_render.print_versus) gives them, one clause a line; a
+    backbone's variants named by depth and width instead of q."""
+    columns = list(VERSUS_COLUMNS)
+    if not ladder:
+        at = [c.key for c in columns].index("q")
+        columns[at:at + 1] = [Column("layers", "L"), Column("d_model", "d")]
     rows = []
     for entry in versus["plans"]:
         best = entry["optimum"] or {}  # None: that stack trains nothing here
-        rows.append({**{c.key: best.get(c.key) for c in VERSUS_COLUMNS},
+        rows.append({**{c.key: best.get(c.key) for c in columns},
                      "label": f"{entry['calibration']} / {entry['stack']}",
                      "layout": layout_label(best["plan"]) if best.get("plan") else None})
     first, *rest = versus["why"].split("; ")
     return Section("versus", "The optimum under each stack", [
-        table_html(VERSUS_COLUMNS, rows, table_id="versus-table", sortable=False),
+        table_html(columns, rows, table_id="versus-table", sortable=False),
         note(f"why: {first}" + (";" if rest else "")),
         *(note(clause + (";" if index < len(rest) - 1 else ""))
           for index, clause in enumerate(rest))])
@@ -445,7 +451,10 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         frontier.body.append(note("No frontier in this document (no trainable optimum, or "
                                   "written by a mosaic without the report blocks)."))
     sections.append(frontier)
-    columns = list(CANDIDATE_COLUMNS)
+    # a backbone's variants all have q = 0: their L and d columns name them (a trial read
+    # a column of zeros)
+    ladder = is_ladder(document.get("search_space") or {})
+    columns = [c for c in CANDIDATE_COLUMNS if ladder or c.key != "q"]
     if batch_searched(document):
         columns.insert([c.key for c in columns].index("mfu"), BATCH_COLUMN)
     columns += UNCERTAINTY_COLUMNS if has_uncertainty else []
@@ -482,7 +491,7 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         chosen.body.append(note("No breakdown in this document (no trainable optimum)."))
     sections.append(chosen)
     if "versus" in document:  # `plan --versus`: the page left out the terminal's table
-        sections.append(_versus_section(document["versus"]))
+        sections.append(_versus_section(document["versus"], ladder))
     uncertainty = Section("uncertainty", "Uncertainty")
     if has_uncertainty:
         uncertainty.body.append(note(

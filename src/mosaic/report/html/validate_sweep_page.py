@@ -21,6 +21,8 @@ from mosaic.report.html.page import (
 )
 from mosaic.report.html.plan_page import SPLIT_COLOURS, stack_text
 from mosaic.report.plan_report import (
+    grid_template_text,
+    is_ladder,
     layout_limits_text,
     layout_text,
     precision_text,
@@ -266,6 +268,9 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
                Column("step_time_s", "step s", fmt_float(3)),
                Column("memory_gib", "GiB per GPU", fmt_float(1)),
                Column("loss", "loss", fmt_float(5))]
+    space = document["search_space"]
+    if not is_ladder(space):  # a backbone's variants: q = 0 for all, L and d name them
+        columns = [c for c in columns if c.key != "q"]
     e = document["envelope"]
     budget = e.get("dollar_budget")
     if budget is not None:  # an equal-cost node sweep: each node count its own window
@@ -298,8 +303,10 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         Section("table", "Optimum per budget", [table_html(columns, rows,
                                                            table_id="sweep-table")]),
         Section("space", "Search space", [key_value_html(
-            [(k, f"{v:.4g}" if k.startswith("max_") else str(v))
-             for k, v in document["search_space"].items()]
+            # the backbone as the plan page says it, not the model's dictionary printed
+            [(k, grid_template_text(space) if k == "backbone"
+              else f"{v:.4g}" if k.startswith("max_") else str(v))
+             for k, v in space.items()]
             + ([("layout search", layout_limits_text(document["layout_limits"],
                                                      only_narrowed=False))]
                if "layout_limits" in document else []),
