@@ -734,7 +734,9 @@ def test_the_lever_bars_start_at_the_job_as_it_is():
     figure = lever_figure(levers)
     bars = {trace["name"]: trace for trace in figure["data"]}
     assert set(bars) == {"faster", "slower", "unchanged", "does not fit in memory"}
-    assert all(trace["base"] == 1.0 for trace in bars.values())
+    assert all(trace["base"] == 1.0 for name, trace in bars.items() if name != "unchanged")
+    # a 0.9996x bar is 0.0004 long: the unchanged lever is a mark at its gain instead
+    assert bars["unchanged"]["mode"] == "markers" and bars["unchanged"]["x"] == [0.9996]
     assert bars["faster"]["x"] == [pytest.approx(0.25)]
     assert bars["slower"]["x"] == [pytest.approx(-0.2)]
     assert bars["does not fit in memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 5

@@ -372,3 +372,24 @@ def test_an_out_of_memory_jobs_limit_labels_are_clear_of_the_lines(tmp_path, off
                        and l_top < bottom)
             assert not crossed, ((left, top, right, bottom), (l_left, l_top, l_right, l_bottom))
     assert browser.console_errors(offline_driver) == []
+
+
+def test_every_lever_kind_in_the_legend_has_a_visible_mark(reports, offline_driver, browser):
+    """The explain page's legend named 'unchanged' beside bars 0.003x long (or none, at
+    exactly 1x): four levers with nothing drawn. Each kind the legend lists draws marks at
+    least a few pixels wide."""
+    driver = offline_driver
+    driver.get(reports["explain"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver), what="the explain figures")
+    widths = driver.execute_script(
+        "var p = document.querySelector('[data-figure=fig-levers] .js-plotly-plot');"
+        "var out = {};"
+        "p.querySelectorAll('.barlayer .trace, .scatterlayer .trace').forEach(function (t) {"
+        "  var name = t.__data__[0].trace.name;"
+        "  out[name] = Array.prototype.map.call(t.querySelectorAll('path'), function (e) {"
+        "    return e.getBoundingClientRect().width; }); });"
+        "return out;")
+    assert "unchanged" in widths, widths  # appendix_e has levers that change nothing
+    for kind, marks in widths.items():
+        assert marks and min(marks) >= 4, (kind, marks)
+    assert browser.console_errors(driver) == []

@@ -24,6 +24,7 @@ from mosaic.report.prediction_summary import hardware_text
 # (a trial read 2.7x slower levers labelled 'no gain'); whether out of memory or only over
 # the planning headroom, its hover's reason says (perf.headroom.memory_verdict)
 DOES_NOT_FIT = "does not fit in memory"
+UNCHANGED_MARK_PX = 12  # the mark of a lever that leaves the step as it is
 LEVER_COLOURS = {"faster": "#54A24B", "unchanged": "#9ECAE9", "slower": "#B279A2",
                  DOES_NOT_FIT: "#F58518"}
 LEVER_ROW_PX, LEVER_FRAME_PX = 28, 140  # bar height and the figure's title and axes
@@ -89,18 +90,26 @@ def lever_kind(lever: dict[str, Any]) -> str:
 def lever_figure(levers: list[dict[str, Any]]) -> dict[str, Any]:
     """Horizontal bars of each predicted lever's gain (tokens/s over the current step) drawn
     from 1x, the job as it is (right: faster, left: slower), best at the top, one colour per
-    :func:`lever_kind`."""
+    :func:`lever_kind`; an unchanged lever is a mark on the 1x line."""
     predicted = [lever for lever in levers if lever["gain"] is not None]
     traces = []
     for kind, colour in LEVER_COLOURS.items():
         chosen = [lever for lever in predicted if lever_kind(lever) == kind]
         if not chosen:
             continue
+        names = [_label(lever, rank) for rank, lever in enumerate(predicted, start=1)
+                 if lever in chosen]
+        # an unchanged lever's bar is a few thousandths long or none, nothing to see beside
+        # its legend entry (a trial): a mark on the 1x line instead
+        shape = ({"type": "bar", "orientation": "h", "marker": {"color": colour},
+                  "base": 1.0, "x": [lever["gain"] - 1.0 for lever in chosen]}
+                 if kind != "unchanged" else
+                 {"type": "scatter", "mode": "markers", "x": [lever["gain"] for lever in chosen],
+                  "marker": {"color": colour, "symbol": "diamond-tall",
+                             "size": UNCHANGED_MARK_PX,
+                             "line": {"color": "#333333", "width": 1}}})
         traces.append({
-            "type": "bar", "orientation": "h", "name": kind, "marker": {"color": colour},
-            "base": 1.0, "x": [lever["gain"] - 1.0 for lever in chosen],
-            "y": [_label(lever, rank) for rank, lever in enumerate(predicted, start=1)
-                  if lever in chosen],
+            **shape, "name": kind, "y": names,
             "customdata": [[lever["description"], _verdict(lever), lever["gain"]]
                            for lever in chosen],
             "hovertemplate": "%{customdata[0]}<br>gain %{customdata[2]:.2f}x<br>fits: "
