@@ -759,3 +759,9 @@ def test_the_bound_names_a_larger_part_of_another_class():
                                "compute_experts": 0.12})
     summary = classify_bound(floored, 80 * GIB).summary
     assert summary.startswith("dispatch-bound") and "largest single part" not in summary
+    # a class that is its own part is named once ('vocab_stage (38% of the step,
+    # vocab_stage)', a report review)
+    vocab = hand_prediction({"vocab_stage": 0.38, "compute_experts": 0.32,
+                             "compute_mlp": 0.30})
+    summary = classify_bound(vocab, 80 * GIB).summary
+    assert summary.endswith("the largest single part is vocab_stage (38% of the step)"), summary

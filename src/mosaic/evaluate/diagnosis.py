@@ -210,7 +210,9 @@ class Bound:
                                    key=lambda item: item[2], default=(None, None, 0.0))
         if part is None or seconds <= named_s or step_s <= 0:
             return ""
-        return f"; the largest single part is {part} ({seconds / step_s:.0%} of the step, {group})"
+        # a class that is its own part (the vocabulary stage) is not named twice
+        where = "" if part == group else f", {group}"
+        return f"; the largest single part is {part} ({seconds / step_s:.0%} of the step{where})"
 
 
 def _sorted(values: dict[str, float]) -> dict[str, float]:
