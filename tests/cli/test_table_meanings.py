@@ -43,3 +43,21 @@ def test_words_align_left_and_numbers_right(monkeypatch):
     common.print_table("t", ["term", "seconds"], [["a", "1.5"], ["longer", "12.25"]])
     lines = console.file.getvalue().splitlines()
     assert "│ a      │     1.5 │" in lines and "│ longer │   12.25 │" in lines
+
+
+def test_the_versus_table_names_backbone_variants_by_depth_and_width(capsys):
+    """A --backbone plan's variants all have q = 0 (the terminal's ranking shows L×d): the
+    --versus table printed a column of 0s (a report review)."""
+    from mosaic.cli.plan_render import print_versus
+
+    best = {"q": 0, "layers": 48, "d_model": 2048, "experts": 128, "top_k": 8,
+            "split_factor": 8, "n_active": 2.731e9, "sparsity": 0.909, "tokens": 4.096e11,
+            "mfu": 0.083, "loss": 1.5896}
+    versus = {"plans": [{"calibration": "default", "stack": "megatron-core",
+                         "optimum": best}], "why": "same geometry"}
+    print_versus(versus, ladder=False)
+    backbone = capsys.readouterr().out
+    assert "L×d" in backbone and "48×2048" in backbone
+    print_versus(versus)
+    ladder = capsys.readouterr().out
+    assert "L×d" not in ladder and "48×2048" not in ladder  # a ladder's q names it

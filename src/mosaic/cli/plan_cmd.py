@@ -489,7 +489,7 @@ def plan(
     render.print_ranking(result, top, uncertainty)
     render.print_comparison(document["model_flops_comparison"])
     if "versus" in document:
-        render.print_versus(document["versus"])
+        render.print_versus(document["versus"], result.grid.is_ladder)
     if "uncertainty" in document:
         render.print_uncertainty(document["uncertainty"])
     if "cheapest" in document:

@@ -393,9 +393,11 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
                "lowest loss among geometries of that split factor")
 
 
-def print_versus(versus: dict[str, Any]) -> None:
-    """The optimum under two calibrations side by side, and why they differ."""
-    columns = ["calibration / stack", "q", "E", "K", "G", "N_act", "S", "D", "MFU", "loss"]
+def print_versus(versus: dict[str, Any], ladder: bool = True) -> None:
+    """The optimum under two calibrations side by side, and why they differ; ``ladder``
+    False: a --backbone's variants, named by depth × width (q is 0 for all of them)."""
+    columns = ["calibration / stack", "q" if ladder else "L×d", "E", "K", "G", "N_act", "S",
+               "D", "MFU", "loss"]
     rows = []
     for entry in versus["plans"]:
         best = entry["optimum"]
@@ -403,7 +405,8 @@ def print_versus(versus: dict[str, Any]) -> None:
         if best is None:
             rows.append([label] + ["-"] * (len(columns) - 1))
             continue
-        rows.append([label, str(best["q"]), str(best["experts"]), str(best["top_k"]),
+        shape = str(best["q"]) if ladder else f"{best['layers']}×{best['d_model']}"
+        rows.append([label, shape, str(best["experts"]), str(best["top_k"]),
                      str(best["split_factor"]), count(best["n_active"]),
                      f"{best['sparsity']:.3f}", count(best["tokens"]), f"{best['mfu']:.1%}",
                      f"{best['loss']:.4f}"])
