@@ -287,21 +287,22 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
         if not kept_vpp:
             raise MosaicInputError(_offers_only(traits, "vpp"))
         changes["vpp"] = tuple(kept_vpp)
-    if traits.layout_pp is not None:
-        pinned = limits.pp
-        wanted_pp = (traits.layout_pp if pinned is None else
-                     [p for p in np.atleast_1d(pinned).tolist() if p in traits.layout_pp])
-        if not wanted_pp:
-            raise MosaicInputError(_offers_only(traits, "pp"))
-        changes["pp"] = tuple(wanted_pp)
-    if traits.layout_etp is not None:
-        pinned = limits.etp
-        wanted_etp = (traits.layout_etp if pinned is None else
-                      [e for e in np.atleast_1d(pinned).tolist() if e in traits.layout_etp])
-        if not wanted_etp:
-            raise MosaicInputError(_offers_only(traits, "etp"))
-        changes["etp"] = tuple(wanted_etp)
+    for axis, offered_degrees in (("pp", traits.layout_pp), ("etp", traits.layout_etp)):
+        if offered_degrees is not None:
+            changes[axis] = _offered_pins(traits, axis, getattr(limits, axis),
+                                          offered_degrees)
     return replace(limits, **changes) if changes else limits
+
+
+def _offered_pins(traits: StackTraits, axis: str, pinned: Any,
+                  offered: tuple[int, ...]) -> tuple[int, ...]:
+    """The degrees of ``axis`` a search may try: the stack's ``offered`` ones, narrowed to
+    the user's pins (an int or a sequence; None = unpinned); none left is an error."""
+    wanted = (offered if pinned is None else
+              [value for value in np.atleast_1d(pinned).tolist() if value in offered])
+    if not wanted:
+        raise MosaicInputError(_offers_only(traits, axis))
+    return tuple(wanted)
 
 
 def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -> str | None:
