@@ -58,3 +58,54 @@ def test_a_default_the_stack_does_not_offer_is_refused_by_the_registry():
     assert _Entry.model_validate(entry).unstated_sharding == "fsdp"
     with pytest.raises(ValueError, match="unstated_sharding zero1 is not among"):
         _Entry.model_validate({**entry, "unstated_sharding": "zero1"})
+
+
+def _moe_job(sharding: str | None, *, ep: int, pp: int = 1) -> dict:
+    parallelism = {"tp": 1, "pp": pp, "ep": ep} | ({} if sharding is None
+                                                   else {"sharding": sharding})
+    return {"model": {"layers": 4, "d_model": 1024, "heads": 8, "kv_heads": 8,
+                      "head_dim": 128, "ffn": 1024, "vocab": 32000,
+                      "moe": {"experts": 16, "top_k": 2, "expert_ffn": 512}},
+            "batch": {"global_seqs": 64, "seq_len": 4096},
+            "parallelism": parallelism,
+            "performance": {"precision": "bf16", "stack": "nemo-automodel"},
+            "hardware": {"system": "DGX-H100", "nodes": 2}}
+
+
+def test_nemo_automodel_shards_an_unstated_job_with_fsdp2():
+    """AutoModel's DistributedSetup.build defaults the strategy to fsdp2, which shards over
+    every data rank (components/distributed/config.py l. 111 and mesh_utils.py
+    _create_fsdp2_device_mesh @ 36044ad3d), not the schema's zero1."""
+    spec = job_from_document(_moe_job(None, ep=4), "test")
+    assert spec.plan.sharding[0] == Sharding.parse("fsdp")
+    assert any(note.startswith("parallelism.sharding not stated: fsdp assumed "
+                               "(nemo-automodel's default") for note in spec.assumptions)
+
+
+@pytest.mark.parametrize(("sharding", "ep", "pp", "refused"), [
+    ("zero1", 4, 1, True),   # Megatron-FSDP "optim": no expert parallelism
+    ("zero2", 1, 2, True),   # Megatron-FSDP "optim_grads": no pipeline
+    ("none", 4, 1, True),    # DDP and Megatron-FSDP "no_shard": no expert parallelism
+    ("zero1", 1, 1, False),  # Megatron-FSDP zero_dp_strategy 1 at pp = ep = 1
+    ("fsdp", 4, 2, False),   # FSDP2 takes both
+    ("hsdp", 4, 1, False),
+])
+def test_nemo_automodel_runs_zero1_zero2_and_none_only_without_pp_and_ep(
+        sharding, ep, pp, refused):
+    """zero1, zero2 and none are AutoModel's megatron_fsdp (zero_dp_strategy 1, 2, 0) or
+    ddp strategies, and _create_device_meshes refuses pipeline and expert parallelism under
+    both (components/distributed/mesh_utils.py l. 85-99 @ 36044ad3d); an expert-parallel job
+    shards with FSDP2 (a trial: perf costed zero1 at pp 16, ep 8 on this stack)."""
+    from mosaic.errors import InvalidLayoutError
+    from mosaic.evaluate.job import check_job_layout
+
+    spec = job_from_document(_moe_job(sharding, ep=ep, pp=pp), "test")
+    if refused:
+        with pytest.raises(InvalidLayoutError,
+                           match=rf"sharding {sharding} with pp={pp}, ep={ep}: "
+                                 "nemo-automodel runs none, zero1, zero2 only with pp = ep = 1"):
+            check_job_layout(spec)
+    else:
+        check_job_layout(spec)
+    # torchtitan has no such rule (it offers no zero1/zero2 at all)
+    assert get_stack("torchtitan").sharding_without_pp_ep == ()

@@ -72,6 +72,20 @@ def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:
                                             plans.etp * plans.ep))
 
 
+def _sharding_without_pp_ep_rule(traits: StackTraits, plans: ParallelPlans
+                                 ) -> tuple[str, np.ndarray]:
+    """Sharding modes the stack runs only at pp = ep = 1 (trait ``sharding_without_pp_ep``):
+    NeMo AutoModel runs none, zero1 and zero2 with Megatron-FSDP or DDP, and its
+    _create_device_meshes refuses pipeline and expert parallelism under both
+    (components/distributed/mesh_utils.py l. 85-99 @ 36044ad3d)."""
+    modes = [int(Sharding.parse(name)) for name in traits.sharding_without_pp_ep]
+    return (f"sharding {{sharding}} with pp={{pp}}, ep={{ep}}: {traits.name} runs "
+            f"{', '.join(traits.sharding_without_pp_ep)} only with pp = ep = 1 (its "
+            "Megatron-FSDP and DDP strategies take no pipeline or expert parallelism); "
+            "use fsdp or hsdp",
+            np.isin(plans.sharding, modes) & ((plans.pp > 1) | (plans.ep > 1)))
+
+
 def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
                         ) -> list[tuple[str, np.ndarray]]:
     """Megatron-Core's MoE configuration checks (stack trait megatron_moe_rules; a trial's
@@ -212,6 +226,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
           if workload.offloaded_activation_layers else []),
         *([_fsdp_shard_expert_rule(plans)] if workload.traits.expert_groups_in_fsdp_shard
           else []),
+        *([_sharding_without_pp_ep_rule(workload.traits, plans)]
+          if workload.traits.sharding_without_pp_ep else []),
         (
             "hsdp_shard={hsdp_shard} must divide dp={dp}",
             (plans.sharding == Sharding.HSDP) & _not_divisible(plans.dp, plans.hsdp_shard),

@@ -105,6 +105,7 @@ class _Entry(BaseModel):
     fsdp_pipeline_keeps_gathered: bool = True
     zero_runtime: Literal["torch", "deepspeed"] = "torch"
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
+    sharding_without_pp_ep: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] = ()
     layout_vpp: tuple[int, ...] | None = None
     layout_pp: tuple[int, ...] | None = None
     layout_etp: tuple[int, ...] | None = None
@@ -190,6 +191,9 @@ class StackTraits:
     # to stage3_max_live_parameters)
     zero_runtime: str
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
+    # sharding modes it offers only without pipeline and expert parallelism (pp = ep = 1:
+    # NeMo AutoModel runs them with Megatron-FSDP or DDP, which take neither)
+    sharding_without_pp_ep: tuple[str, ...]
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     layout_pp: tuple[int, ...] | None  # pipeline degrees it offers; None = any
     layout_etp: tuple[int, ...] | None  # expert tensor-parallel degrees it offers; None = any
