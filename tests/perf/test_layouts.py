@@ -386,7 +386,8 @@ def test_torchtitan_runs_a_stated_deepep_with_etp_one_only():
     titan = Workload(moe, 64, 4096, stack="torchtitan", dispatcher=Dispatcher.DEEPEP)
     megatron = Workload(moe, 64, 4096, stack="megatron-core", dispatcher=Dispatcher.DEEPEP)
     for ep, etp, broken in ((2, 1, False), (8, 1, False), (2, 2, True), (4, 2, True)):
-        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP)
+        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP,
+                           sequence_parallel=False)
         reason = first_reason(plan_violations(titan, plan, 16), plan, 0)
         assert (reason is not None and "runs DeepEP with etp 1 only" in reason) == broken, (
             ep, etp, reason)
@@ -414,8 +415,10 @@ def test_nemo_automodel_runs_deepep_and_hybridep_over_ep_alone():
     moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
     cases = {(1, 1): True, (1, 2): True, (2, 1): False, (8, 1): False}  # (ep, etp) -> refused
     for (ep, etp), broken in cases.items():
-        # FSDP2: the strategy AutoModel runs expert parallelism with (mesh_utils.py)
-        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP)
+        # FSDP2 without SP: how AutoModel runs expert parallelism with TP (mesh_utils.py,
+        # moe/parallelizer.py)
+        plan = single_plan(tp=2, etp=etp, ep=ep, dp=8, sharding=Sharding.FSDP,
+                           sequence_parallel=False)
         for dispatcher in (Dispatcher.DEEPEP, Dispatcher.HYBRIDEP):
             automodel = Workload(moe, 64, 4096, stack="nemo-automodel", dispatcher=dispatcher)
             reason = first_reason(plan_violations(automodel, plan, 16), plan, 0)

@@ -356,9 +356,11 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
     check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
     sequence_parallel = parallelism.sequence_parallel
     if sequence_parallel is None:
-        sequence_parallel = bool(default_sequence_parallel(parallelism.tp))
+        unstated = get_stack(stack).unstated_sequence_parallel
+        sequence_parallel = bool(default_sequence_parallel(parallelism.tp, unstated))
         notes.append(f"parallelism.sequence_parallel not stated: {sequence_parallel} "
-                     "assumed (on with tp > 1)")
+                     "assumed " + ("(on with tp > 1)" if unstated == "tp"
+                                   else f"({stack}'s default: off)"))
     elif sequence_parallel and parallelism.tp == 1:
         # Megatron-LM turns it off at tp = 1 with a warning (megatron/training/arguments.py,
         # "Disabling sequence parallelism because tensor model parallelism is disabled")

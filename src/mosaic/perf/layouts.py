@@ -20,7 +20,8 @@ numpy index arithmetic, not a Python loop per plan:
   one domain and replicas all-reduce across domains (PyTorch FSDP HYBRID_SHARD: shard
   within a node, replicate across nodes; Zhao et al. 2023, Sec. 3.2); other modes carry
   hsdp_shard = dp;
-* sequence_parallel = tp > 1 (Korthikanti et al. 2022).
+* sequence_parallel = tp > 1 (Korthikanti et al. 2022), or off on a stack whose TP runs
+  without it (trait ``unstated_sequence_parallel``).
 
 Pinning an axis replaces its default candidates by the pinned values as given, so a
 pin that breaks a rule is reported with that rule. The remaining cross-axis divisibility
@@ -405,7 +406,8 @@ def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
         tp=tp_, pp=pp[i_pp], vpp=vpp[i_pp], cp=cp_, dp=dp, ep=ep[i_ep], etp=etp[i_tp],
         micro_batch=micro_batch[i_mb], sharding=shard, checkpointing=checkpointing[i_ck],
         hsdp_shard=np.where(shard == Sharding.HSDP, np.gcd(dp, domain_dp), dp),
-        sequence_parallel=default_sequence_parallel(tp_),
+        sequence_parallel=default_sequence_parallel(
+            tp_, workload.traits.unstated_sequence_parallel),
     )
     if Sharding.FSDP not in limits.sharding:
         return plans

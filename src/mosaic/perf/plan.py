@@ -181,12 +181,14 @@ def single_plan(
     )
 
 
-def default_sequence_parallel(tp: Any) -> Any:
+def default_sequence_parallel(tp: Any, unstated: str = "tp") -> Any:
     """Sequence parallelism where a job or plan leaves it unstated: on with tp > 1, as the
     Megatron-Core recipes run every tp > 1 (Korthikanti et al. 2022), and off at tp 1, where
     it has nothing to shard (Megatron-LM arguments.py: "Disabling sequence parallelism
-    because tensor model parallelism is disabled"). Ints or arrays."""
-    return tp > 1
+    because tensor model parallelism is disabled"); off at every tp on a stack whose TP runs
+    without it unless told (``unstated``: stack trait ``unstated_sequence_parallel``).
+    Ints or arrays."""
+    return (tp > 1) & (unstated == "tp")
 
 
 def plans_from_columns(**columns: Iterable[int]) -> ParallelPlans:

@@ -126,6 +126,8 @@ class _Entry(BaseModel):
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
     unstated_etp: Literal["one", "tp"] = "one"
+    unstated_sequence_parallel: Literal["tp", "off"] = "tp"
+    ep_sequence_parallel: bool = True
     unstated_sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"] = "zero1"
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm", "eager_fused_rmsnorm"] = "te_fused"
@@ -235,6 +237,12 @@ class StackTraits:
     # the expert tensor parallelism a job that states none runs: "one", or "tp" (Megatron-Core
     # sets expert_tensor_parallel_size to the TP size when it is None)
     unstated_etp: str
+    # the sequence parallelism a job that states none runs: "tp" (on with tp > 1, as the
+    # Megatron-Core recipes run it) or "off" (the stack's TP runs without it by default)
+    unstated_sequence_parallel: str
+    # False: the stack refuses sequence parallelism with tp > 1 for an expert-parallel MoE
+    # model (NeMo AutoModel's MoE parallelizer)
+    ep_sequence_parallel: bool
     # the data-parallel sharding a job that states none runs (zero1 by default, Megatron's
     # distributed optimizer; fsdp where the stack shards weights over the data ranks unless
     # told otherwise and offers no zero1)

@@ -1,0 +1,69 @@
+"""Sequence parallelism on NeMo AutoModel (stack traits unstated_sequence_parallel and
+ep_sequence_parallel): FSDP2Config.sequence_parallel defaults to False
+(components/distributed/config.py l. 303 @ 36044ad3d), so a job that leaves it unstated runs
+TP without it, not Megatron's tp > 1 default; with ep > 1 the MoE parallelizer refuses it,
+"sequence_parallel=True is not supported by the custom MoE TP path yet"
+(components/moe/parallelizer.py l. 233-237), so a stated one is refused for such a job."""
+
+from dataclasses import replace
+
+import pytest
+
+from mosaic.config.job_schema import job_from_document
+from mosaic.errors import InvalidLayoutError
+from mosaic.evaluate.job import check_job_layout
+from mosaic.perf.layouts import LayoutLimits, candidate_plans
+
+
+def _job(stack: str, *, moe: bool, ep: int, sequence_parallel: bool | None = None) -> dict:
+    parallelism = {"tp": 2, "pp": 1, "ep": ep, "sharding": "fsdp"}
+    if sequence_parallel is not None:
+        parallelism["sequence_parallel"] = sequence_parallel
+    model = {"layers": 4, "d_model": 1024, "heads": 8, "kv_heads": 8, "head_dim": 128,
+             "ffn": 1024, "vocab": 32000}
+    if moe:
+        model["moe"] = {"experts": 16, "top_k": 2, "expert_ffn": 512}
+    return {"model": model, "batch": {"global_seqs": 64, "seq_len": 4096},
+            "parallelism": parallelism,
+            "performance": {"precision": "bf16", "stack": stack},
+            "hardware": {"system": "DGX-H100", "nodes": 2}}
+
+
+def test_an_unstated_sequence_parallel_follows_the_stack():
+    automodel = job_from_document(_job("nemo-automodel", moe=True, ep=4), "test")
+    assert not bool(automodel.plan.sequence_parallel[0])
+    assert ("parallelism.sequence_parallel not stated: False assumed (nemo-automodel's "
+            "default: off)") in automodel.assumptions
+    check_job_layout(automodel)
+    # Megatron-Core runs it with every tp > 1 (Korthikanti et al. 2022)
+    megatron = job_from_document(_job("megatron-core", moe=True, ep=4), "test")
+    assert bool(megatron.plan.sequence_parallel[0])
+
+
+@pytest.mark.parametrize(("moe", "ep", "refused"), [
+    (True, 4, True),    # the MoE parallelizer refuses it (ep > 1)
+    (False, 1, False),  # a dense model's FSDP2 TP plan takes it (parallelizer.py SP plan)
+])
+def test_a_stated_sequence_parallel_is_refused_for_an_expert_parallel_moe(moe, ep, refused):
+    spec = job_from_document(_job("nemo-automodel", moe=moe, ep=ep, sequence_parallel=True),
+                             "test")
+    assert bool(spec.plan.sequence_parallel[0])
+    if refused:
+        with pytest.raises(InvalidLayoutError,
+                           match="sequence_parallel with tp=2 and ep=4: nemo-automodel runs"):
+            check_job_layout(spec)
+    else:
+        check_job_layout(spec)
+    # Megatron-Core runs the same MoE layout with sequence parallelism
+    check_job_layout(job_from_document(_job("megatron-core", moe=moe, ep=ep,
+                                            sequence_parallel=True), "test"))
+
+
+def test_a_search_on_nemo_automodel_costs_tp_without_sequence_parallel():
+    spec = job_from_document(_job("nemo-automodel", moe=True, ep=4), "test")
+    limits = LayoutLimits(tp=(1, 2), pp=1, micro_batches=(1,), sharding=("fsdp",),
+                          checkpointing=("none",))
+    plans = candidate_plans(spec.workload, 16, 8, limits)
+    assert 2 in plans.tp.tolist() and not plans.sequence_parallel.any()
+    titan = candidate_plans(replace(spec.workload, stack="torchtitan"), 16, 8, limits)
+    assert (titan.sequence_parallel == (titan.tp > 1)).all()
