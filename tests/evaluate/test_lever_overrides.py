@@ -59,6 +59,22 @@ def test_a_tp_lever_states_the_expert_tp_and_a_pp_lever_the_stages_it_ran():
     assert "parallelism.sequence_parallel=true" in tp
 
 
+def test_a_tp_lever_on_a_stack_without_unstated_sp_leaves_it_off():
+    """NeMo AutoModel leaves sequence parallelism off unless told (FSDP2Config
+    .sequence_parallel False) and refuses it for an expert-parallel MoE: the tp lever
+    turned it on as Megatron-Core's default does and was refused instead of costed."""
+    overrides = ["performance.stack=nemo-automodel", "parallelism.sharding=fsdp"]
+    job = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", overrides)
+    levers = {lever.name: lever for lever in diagnose(predict_job(job, CALIBRATION),
+                                                      CALIBRATION).levers}
+    tp = levers["tp_double"]
+    assert math.isfinite(tp.step_time_s), tp
+    assert "parallelism.sequence_parallel=true" not in tp.overrides
+    applied = predict_job(load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml",
+                                   [*overrides, *tp.overrides]), CALIBRATION)
+    assert applied.prediction.step_time_s[0] == pytest.approx(tp.step_time_s, rel=1e-12)
+
+
 def test_a_release_job_keeps_its_recipe_settings_under_an_fp8_lever():
     levers = diagnose(predict_job(load_job(EXAMPLES / "deepseek_v3_h100.yaml"),
                                   CALIBRATION), CALIBRATION).levers

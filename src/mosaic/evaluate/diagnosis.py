@@ -482,13 +482,16 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _with(row: PlanRow, **changes: int | str | bool) -> PlanRow:
-    """``row`` with ``changes``; non-HSDP plans keep hsdp_shard = dp, as single_plan does."""
+def _with(row: PlanRow, unstated_sp: str = "tp", **changes: int | str | bool) -> PlanRow:
+    """``row`` with ``changes``; non-HSDP plans keep hsdp_shard = dp, as single_plan does; a
+    changed tp takes the stack's unstated sequence parallelism (``unstated_sp``, trait
+    ``unstated_sequence_parallel``), as a job stating the new tp would."""
     new = {**row, **changes}
     if new["sharding"] != "hsdp":
         new["hsdp_shard"] = new["dp"]
     if "tp" in changes:
-        new["sequence_parallel"] = bool(default_sequence_parallel(int(new["tp"])))
+        new["sequence_parallel"] = bool(default_sequence_parallel(int(new["tp"]),
+                                                                  unstated_sp))
     return new
 
 
@@ -607,7 +610,7 @@ def _micro_batch(row: PlanRow) -> Iterator[_Candidate]:
                          _with(row, micro_batch=mb // 2))
 
 
-def _tensor_parallel(row: PlanRow) -> Iterator[_Candidate]:
+def _tensor_parallel(row: PlanRow, unstated_sp: str) -> Iterator[_Candidate]:
     """tp doubled or halved against dp; an expert tp equal to tp moves with it, as an
     unstated etp follows tp (a trial's tp 2 -> 1 lever kept etp 2, a layout the search
     never lists and `--set parallelism.tp=1` does not give)."""
@@ -617,11 +620,13 @@ def _tensor_parallel(row: PlanRow) -> Iterator[_Candidate]:
     if dp % 2 == 0:
         moved = {"etp": 2 * etp} if follows else {}
         yield _Candidate("tp_double", f"tensor parallel tp {tp} -> {2 * tp} (dp {dp} -> "
-                         f"{dp // 2}{note})", _with(row, tp=2 * tp, dp=dp // 2, **moved))
+                         f"{dp // 2}{note})",
+                         _with(row, unstated_sp, tp=2 * tp, dp=dp // 2, **moved))
     if tp % 2 == 0:
         moved = {"etp": etp // 2} if follows else {}
         yield _Candidate("tp_halve", f"tensor parallel tp {tp} -> {tp // 2} (dp {dp} -> "
-                         f"{2 * dp}{note})", _with(row, tp=tp // 2, dp=2 * dp, **moved))
+                         f"{2 * dp}{note})",
+                         _with(row, unstated_sp, tp=tp // 2, dp=2 * dp, **moved))
 
 
 def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[_Candidate]:
@@ -633,7 +638,7 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
                       *_checkpointing(row),
                       *_pipeline(row, workload.traits.interleaved_vpp_default),
                       *_micro_batch(row),
-                      *_tensor_parallel(row)):
+                      *_tensor_parallel(row, workload.traits.unstated_sequence_parallel)):
         key = tuple(candidate.plan.items())
         if key not in seen:
             seen.add(key)
