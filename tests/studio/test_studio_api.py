@@ -407,6 +407,48 @@ def test_a_cancel_after_the_last_geometry_keeps_the_finished_plan(studio):
         update(15, 16)
 
 
+def test_a_cancel_after_the_last_batch_the_rule_leaves_keeps_the_finished_plan(monkeypatch):
+    """A searched batch whose rule prunes the larger candidates (search_batch skips them
+    before any layout search, and reports no progress for them): a cancel arriving as the
+    last batch actually searched finishes left done < total, and threw the finished plan
+    away. Every remaining batch pruned is a finished search; a cancel during an earlier
+    batch still stops it."""
+    import mosaic.plan.batch as batch_module
+    from mosaic.perf.calibration import load_calibration
+
+    real = batch_module.profile_geometries
+    form = {**TINY_PLAN, "plan.q": "8", "plan.top_k": "1", "plan.global_batch": "auto"}
+
+    def run(cancel_at: int | None) -> tuple[dict[str, Any], list[int]]:
+        """The plan, with a cancel as batch ``cancel_at``'s last geometry is reported."""
+        runner = PlanRunner(load_calibration(None))
+        searched: list[int] = []
+
+        def spy(envelope, grid, calibration, limits, progress, workers):
+            searched.append(envelope.global_batch)
+
+            def report(done: int, total: int) -> None:
+                if envelope.global_batch == cancel_at and done >= total:
+                    runner.cancel()  # arrives as this batch's search ends
+                progress(done, total)
+            return real(envelope, grid, calibration, limits, report, workers)
+
+        monkeypatch.setattr(batch_module, "profile_geometries", spy)
+        runner.start(form)
+        runner.wait(240)
+        return runner.status()["current"], searched
+
+    finished, searched = run(None)
+    assert finished["state"] == "done", finished
+    # the case at hand: the rule pruned some candidates before their search
+    assert 0 < len(searched) < finished["batches"], searched
+    late, _ = run(searched[-1])
+    assert late["state"] == "done" and late["report_url"], late
+    assert late["summary"]["loss"] == pytest.approx(finished["summary"]["loss"], rel=1e-12)
+    early, _ = run(searched[0])
+    assert early["state"] == "cancelled" and early["report_url"] is None, early
+
+
 def test_plan_time_limit(studio):
     plans = PlanRunner(studio.app.state.runner.calibration, time_limit_s=1e-3)
     plans.start(TINY_PLAN)

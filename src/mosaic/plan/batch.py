@@ -177,6 +177,16 @@ def _bound_ceiling(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
                              ceiling.loss)
 
 
+def searched_batches(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
+                     batches: tuple[int, ...], rule: BatchRule) -> tuple[int, ...]:
+    """The candidates :func:`search_batch` runs a layout search for, in its order: those
+    whose tokens per step some geometry's bound ceiling reaches (it prunes the rest before
+    their search, with no progress reported for them)."""
+    ceiling = _bound_ceiling(envelope, space, law, space.enumerate(), rule)
+    return tuple(batch for batch in sorted(batches)
+                 if bool(np.any(batch * envelope.seq_len <= ceiling)))
+
+
 def search_batch(
     envelope: Envelope, space: SearchSpace, law: ScalingLaw, calibration: Calibration,
     batches: tuple[int, ...], rule: BatchRule, limits: LayoutLimits | None = None,

@@ -437,17 +437,24 @@ class PlanRunner:
                 raise _StoppedError("timed out")
         return update
 
-    def _batch_progress(self, job: PlanJob, batches: tuple[int, ...], n: int) -> Any:
+    def _batch_progress(self, job: PlanJob, batches: tuple[int, ...], n: int,
+                        last: int | None) -> Any:
         """The progress of a batch search (:func:`mosaic.plan.batch.search_batch` searches
         each candidate batch in increasing order, over the ``n`` geometries its rule leaves):
-        the pairs of earlier batches, and this batch's pruned geometries, count as done."""
+        the pairs of earlier batches, and this batch's pruned geometries, count as done. The
+        end of ``last``, the largest batch the rule leaves any geometry
+        (:func:`mosaic.plan.batch.searched_batches`), is the end of the search: the batches
+        after it are pruned whole (a late cancel threw such a finished plan away)."""
         update = self._progress(job)
 
         def at_batch(batch: int) -> Any:
             before = sorted(batches).index(batch) * n
 
             def step(done: int, total: int) -> None:
-                update(before + n - total + done, job.total)
+                if batch == last and done >= total:
+                    update(job.total, job.total)
+                else:
+                    update(before + n - total + done, job.total)
             return step
         return at_batch
 
@@ -492,7 +499,7 @@ class PlanRunner:
         `mosaic plan --global-batch auto|MIN:MAX`."""
         from mosaic.jsonable import to_jsonable
         from mosaic.law import default_law
-        from mosaic.plan.batch import search_batch
+        from mosaic.plan.batch import search_batch, searched_batches
         from mosaic.plan.cost import run_cost
         from mosaic.plan.search import search
         from mosaic.report import plan_report
@@ -501,9 +508,11 @@ class PlanRunner:
         law = self.law or default_law()
         if batches:
             n = len(space.enumerate())
+            last = (searched_batches(envelope, space, law, batches, rule) or (None,))[-1]
             result, choice = search_batch(envelope, space, law, self.calibration, batches,
                                           rule, limits,
-                                          progress=self._batch_progress(job, batches, n),
+                                          progress=self._batch_progress(job, batches, n,
+                                                                        last),
                                           workers=1)
             job.done = job.total  # (batches the rule pruned whole report no progress)
             batch = choice.to_dict()
