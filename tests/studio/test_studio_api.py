@@ -1361,3 +1361,24 @@ def test_the_plan_form_takes_the_jobs_optimizer():
     envelope, _, _ = validate_plan_form({**DEFAULT_PLAN_FORM, **grid})
     assert (envelope.optimizer, envelope.optimizer_dtype) == (OptimizerKind.ADAMW,
                                                               OptimizerDtype.FP32)
+
+
+@pytest.mark.parametrize(("changes", "fields", "words"), [
+    # a dispatcher the stack has no path to: beside the stack (and the dispatcher, sent)
+    ({"performance.stack": "torchtitan", "parallelism.sharding": "fsdp",
+      "parallelism.dispatcher": "hybridep"}, ["parallelism.dispatcher", "performance.stack"],
+     "dispatcher hybridep on stack torchtitan: the stack has no hybridep path"),
+    # Megatron-Core's flex dispatcher asserts TPxEP > 1: beside etp and ep
+    ({"parallelism.ep": "1", "parallelism.dispatcher": "deepep"},
+     ["parallelism.etp", "parallelism.ep"], "etp·ep=1·1 with the deepep dispatcher"),
+    # NeMo AutoModel keeps routed experts EP-owned: its one etp is named as a degree, not as
+    # Python's tuple 'etp in (1,)' (a review)
+    ({"performance.stack": "nemo-automodel", "parallelism.sharding": "fsdp",
+      "parallelism.etp": "2"}, ["parallelism.etp"],
+     "etp: stack 'nemo-automodel' offers only etp 1"),
+])
+def test_a_stack_refusal_is_shown_beside_its_fields(studio, changes, fields, words):
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, **changes}})
+    assert status == 422 and list(body["errors"]) == fields, body
+    assert all(words in message and "\n" not in message and "(1,)" not in message
+               for message in body["errors"].values()), body

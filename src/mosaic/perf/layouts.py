@@ -263,10 +263,13 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
 def _offers_only(traits: StackTraits, axis: str) -> str:
     """'layout sharding: stack 'torchtitan' offers only none, fsdp, hsdp': the one wording of
     a layout the stack does not offer (stack traits layout_sharding, layout_vpp, layout_pp,
-    layout_etp)."""
+    layout_etp); degrees as a list ('etp 1', not Python's 'etp in (1,)')."""
+    def degrees(values: tuple[int, ...] | None) -> str:
+        return f"{axis} {', '.join(str(value) for value in values or ())}"
+
     offered = {"sharding": ", ".join(traits.layout_sharding or ()),
-               "vpp": f"vpp in {traits.layout_vpp}", "pp": f"pp in {traits.layout_pp}",
-               "etp": f"etp in {traits.layout_etp}"}[axis]
+               "vpp": degrees(traits.layout_vpp), "pp": degrees(traits.layout_pp),
+               "etp": degrees(traits.layout_etp)}[axis]
     return f"layout {axis}: stack {traits.name!r} offers only {offered}"
 
 
