@@ -1382,3 +1382,24 @@ def test_a_stack_refusal_is_shown_beside_its_fields(studio, changes, fields, wor
     assert status == 422 and list(body["errors"]) == fields, body
     assert all(words in message and "\n" not in message and "(1,)" not in message
                for message in body["errors"].values()), body
+
+
+def test_a_jobs_stated_deepep_the_layout_refuses_is_the_plan_forms_dispatcher():
+    """A Megatron-Core job stating DeepEP at ep 1 (etp·ep = 1, which perf refuses beside etp
+    and ep) opened with its dispatcher left out of the plan form: megatron-core's default is
+    the all-to-all (no moe_dispatcher trait), so the plan ran another dispatcher than the
+    job states. The plan form holds the stated one, as `mosaic plan --dispatcher deepep`."""
+    from mosaic.studio.app import options_document
+
+    document = yaml.safe_load((EXAMPLES / "q12_moe.yaml").read_text())
+    document.update({
+        "hardware": {"system": "DGX-H100", "nodes": 8},
+        "batch": {"global_seqs": 1024, "seq_len": 4096, "micro_seqs": 1},
+        "parallelism": {"tp": 1, "pp": 4, "ep": 1, "etp": 1, "sharding": "zero1",
+                        "dispatcher": "deepep"},
+        "performance": {"precision": "bf16", "stack": "megatron-core"}})
+    options = options_document(document)
+    assert options["plan_form"]["plan.dispatcher"] == "deepep"
+    with running_studio(job_document=document) as studio:
+        status, body = studio.call("/api/perf", {"form": options["form"]})
+    assert status == 422 and sorted(body["errors"]) == ["parallelism.ep", "parallelism.etp"]

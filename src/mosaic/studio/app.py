@@ -183,6 +183,11 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
         form[f"parallelism.{name}"] = ("" if value is None else
                                        str(value).lower() if isinstance(value, bool) else
                                        str(value))
+    # a stated dispatcher as stated: the write-back leaves a DeepEP the layout refuses (etp·ep
+    # = 1) unstated as a stack's default, and the plan form then planned a Megatron-Core job's
+    # stated DeepEP on the all-to-all (a review)
+    if isinstance(stated, dict) and stated.get("dispatcher") is not None:
+        form["parallelism.dispatcher"] = str(stated["dispatcher"])
     system = get_system(form.get("hardware.system", DEFAULT_FORM["hardware.system"]))
     form["hardware.system"] = system.name  # the catalog's spelling (the select's option)
     devices = (canonical.get("search") or {}).get("devices")
