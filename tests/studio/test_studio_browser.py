@@ -713,3 +713,18 @@ def test_a_run_records_explain_panel_shows_the_measured_gap(browser):
         assert "within 5%" in text(driver, "gap-findings")
         browser.screenshot(driver, "studio_record_gap")
         assert browser.console_errors(driver) == []
+
+
+def test_a_rule_on_two_fields_is_said_once_in_a_panels_line(page, browser):
+    """Megatron-Core's flex dispatcher at etp·ep = 1 is refused beside etp and ep, and
+    dp·micro_batch beside the nodes and the micro-batch: Explain's and Export's one error
+    line said each message twice, joined by '; ' (a review)."""
+    try:
+        set_field(page, "batch.micro_seqs", "3")
+        rule = "dp·micro_batch=32·3 must divide global_batch=1024"
+        for button, error in (("explain-run", "explain-error"), ("export-run", "export-error")):
+            page.execute_script(f"document.getElementById('{button}').click()")
+            message = browser.wait_for(lambda error=error: text(page, error), what=error)
+            assert message.count(rule) == 1, message
+    finally:
+        set_field(page, "batch.micro_seqs", DEFAULT_FORM["batch.micro_seqs"])

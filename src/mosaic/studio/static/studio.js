@@ -342,11 +342,21 @@
     };
   }
 
+  // a refusal's messages for one line, each once: a rule on two fields is sent beside both
+  // (etp and ep, the nodes and the micro-batch), and the panels said it twice (a review)
+  function messages(errors) {
+    var seen = [];
+    Object.keys(errors).forEach(function (k) {
+      if (seen.indexOf(errors[k]) < 0) { seen.push(errors[k]); }
+    });
+    return seen.join("; ");
+  }
+
   // a panel's request refused: its summary cleared, every error message in its error line
   function failed(body, summaryId, errorId) {
     if (body.ok) { return false; }
     $(summaryId).textContent = "";
-    $(errorId).textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+    $(errorId).textContent = messages(body.errors);
     return true;
   }
 
@@ -541,7 +551,7 @@
     return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
       if (!body.ok) {
         $("compare-error").textContent = "A or B is not a valid job: " +
-          Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+          messages(body.errors);
         return;
       }
       var rows = [["step time (s)", "step_time_s", 4], ["tokens/s per GPU", "tokens_per_s_per_gpu", 0],
@@ -677,7 +687,7 @@
     var target = $("export-target").value;
     return post("/api/export", {form: readForm("job-form"), target: target}).then(function (body) {
       if (!body.ok) {
-        $("export-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        $("export-error").textContent = messages(body.errors);
         return;
       }
       var text = body.text;
