@@ -234,7 +234,10 @@ def test_explain_ranks_the_levers_like_the_cli(studio, tmp_path):
     assert [lever["gain"] for lever in body["levers"]] == pytest.approx(
         [lever["gain"] for lever in document["levers"]], nan_ok=True)
     assert body["bound"] == document["bound"]["summary"]
-    assert body["figure"]["data"] and all(t["base"] == 1.0 for t in body["figure"]["data"])
+    # gains as bars from the 1x line, an unchanged lever a mark on it (49a9e1e5)
+    traces = body["figure"]["data"]
+    assert traces and all(t["base"] == 1.0 for t in traces if t["type"] == "bar")
+    assert all(t["name"] == "unchanged" for t in traces if t["type"] != "bar")
     status, body = studio.call("/api/explain", {"form": {**form, "batch.micro_seqs": "3"}})
     assert status == 422 and "batch.micro_seqs" in body["errors"]
 
