@@ -48,6 +48,17 @@ def test_a_module_megatron_refuses_without_its_part_is_refused(dense_job, module
     assert "\n" not in str(caught.value)
 
 
+def test_under_full_or_no_recompute_the_modules_are_unread_not_refused(dense_job):
+    """Megatron-Core checks recompute_modules only under recompute_granularity selective
+    (transformer_config.py @ d98e8a64dd): under full or none it starts, so mosaic names the
+    modules as not read rather than refusing the job (a review)."""
+    for checkpointing in ("full", "none"):
+        spec = load_job(dense_job, [f"performance.checkpointing={checkpointing}",
+                                    "performance.recompute_modules=[moe_act,mla_up_proj]"])
+        assert any(note.startswith("performance.recompute_modules not read")
+                   for note in spec.assumptions), checkpointing
+
+
 def test_the_parts_a_model_has_are_accepted():
     # DeepSeek-V3: MLA and routed experts
     spec = load_job(MLA_JOB, ["performance.recompute_modules=[mla_up_proj,moe_act]"])

@@ -660,7 +660,6 @@ def job_from_document(document: dict[str, Any], where: str,
         parallelism = layout_parallelism(parallelism, notes)
         recipe = _job_recipe(performance, parallelism, model, geometry, device_name, notes)
         geometry = with_recipe_mtp_modules(geometry, recipe, notes)
-        refuse_modules_the_model_lacks(performance.recompute_modules, geometry)
         recipe_layouts = recipe.pop("pipeline_layouts", None)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
@@ -721,6 +720,11 @@ def job_from_document(document: dict[str, Any], where: str,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
     checkpointing = recipe.pop("recompute", performance.checkpointing)
+    if checkpointing == "selective":  # Megatron-Core checks the modules under selective only
+        try:
+            refuse_modules_the_model_lacks(performance.recompute_modules, geometry)
+        except MosaicInputError as exc:
+            raise MosaicInputError(f"{where}: {exc}") from None
     workload = replace(workload, **recipe)
     notes.extend(routing_assumptions(workload))
     step_tokens = batch.global_seqs * batch.seq_len
@@ -833,9 +837,11 @@ def job_from_document(document: dict[str, Any], where: str,
 
 
 def refuse_modules_the_model_lacks(modules: Iterable[str] | None, geometry: Geometry) -> None:
-    """Refuse a stated ``performance.recompute_modules`` naming a part whose absence
-    Megatron-Core's TransformerConfig rejects (transformer_config.py ``__post_init__`` @
-    d98e8a64dd, a ValueError): ``mla_up_proj`` without multi-latent attention, ``moe_act``
+    """Refuse a stated ``performance.recompute_modules`` of a selective-checkpointing job
+    naming a part whose absence Megatron-Core's TransformerConfig rejects (its checks sit
+    under ``recompute_granularity == "selective"``, transformer_config.py ``__post_init__``
+    @ d98e8a64dd, a ValueError; under full or none the modules are unread, and said so):
+    ``mla_up_proj`` without multi-latent attention, ``moe_act``
     without the routed experts' grouped GEMM, which a model without MoE layers has not.
     ``moe`` and ``shared_experts`` it accepts and reads nowhere (:func:`unread_layout_settings`
     names them)."""
