@@ -182,9 +182,16 @@ def searched_batches(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
     """The candidates :func:`search_batch` runs a layout search for, in its order: those
     whose tokens per step some geometry's bound ceiling reaches (it prunes the rest before
     their search, with no progress reported for them)."""
-    ceiling = _bound_ceiling(envelope, space, law, space.enumerate(), rule)
+    return _reaching(batches, envelope.seq_len,
+                     _bound_ceiling(envelope, space, law, space.enumerate(), rule))
+
+
+def _reaching(batches: tuple[int, ...], seq_len: int, ceiling: np.ndarray
+              ) -> tuple[int, ...]:
+    """``batches`` in increasing order, less those whose tokens per step exceed every
+    geometry's bound ``ceiling`` (pruned before their layout search)."""
     return tuple(batch for batch in sorted(batches)
-                 if bool(np.any(batch * envelope.seq_len <= ceiling)))
+                 if bool(np.any(batch * seq_len <= ceiling)))
 
 
 def search_batch(
@@ -209,14 +216,12 @@ def search_batch(
     plans: list[dict[str, Any] | None] = [None] * n
     reasons = [""] * n
     blocked = np.zeros(n, dtype=bool)  # trainable at some batch, but above its bound
-    pruned = np.zeros(n, dtype=bool)  # some batch above the row's largest possible bound
+    # some batch above the row's largest possible bound
+    pruned = ceiling < max(batches, default=0) * envelope.seq_len
     evaluated = timed = 0
-    for batch in sorted(batches):
+    for batch in _reaching(batches, envelope.seq_len, ceiling):
         tokens_per_step = batch * envelope.seq_len
-        pruned |= ceiling < tokens_per_step
         rows = np.flatnonzero(tokens_per_step <= ceiling)
-        if rows.size == 0:
-            continue
         sized = replace(envelope, global_batch=batch)
         table = profile_geometries(sized, grid.take(rows), calibration, limits,
                                    progress(batch) if progress else None, workers)
