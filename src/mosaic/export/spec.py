@@ -380,8 +380,12 @@ class ExportSpec:
         an expert group of one rank, which Megatron-Core's flex dispatcher asserts against
         ("DeepEP dispatcher requires TPxEP > 1", token_dispatcher.py @ d98e8a64dd) and
         Megatron-Bridge's own EP-1 recipes run as alltoall (recipes/olmoe/h100/olmoe_7b.py
-        @ 067f987df): alltoall, said in ``unsupported``."""
-        if self.dispatcher != "deepep" or self.ep * self.etp > 1:
+        @ 067f987df): alltoall, said in ``unsupported``. The group rule is Megatron-Core's
+        own (:func:`~mosaic.perf.constraints.stated_dispatcher_refused`), whatever stack
+        the job was costed on."""
+        from mosaic.perf.constraints import stated_dispatcher_refused
+
+        if not stated_dispatcher_refused("megatron-core", self.dispatcher, self.ep, self.etp):
             return self.dispatcher
         unsupported.append(
             "deepep (the stack's default dispatcher) at etp·ep = 1 written as alltoall: "
