@@ -377,7 +377,9 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
         price = own_price
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
+    capacity_from = "optimum_step.capacity_bytes or envelope.hbm_bytes_per_device"
     fraction = (envelope.get("memory_headroom") or {}).get("usable_memory_fraction")
+    goodput = (envelope.get("goodput") or {}).get("goodput")
     memory_bytes = optimum.get("memory_bytes")
     tokens_per_s = optimum.get("tokens_per_s")
     assumptions = document.get("assumptions") or {}
@@ -422,18 +424,16 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                        if memory_bytes and capacity and fraction else "fits"),
         "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
         "days": envelope.get("days"),
-        "goodput": (envelope.get("goodput") or {}).get("goodput"),
+        "goodput": goodput,
         # why an envelope figure is null: the plan file lacks what it comes from (the CLI
         # contract: no bare null where a number belongs)
         **_absent_notes({
             "days": (envelope.get("days"), "envelope.days"),
-            "goodput": ((envelope.get("goodput") or {}).get("goodput"),
-                        "envelope.goodput.goodput"),
-            "memory_capacity_gib": (capacity, "optimum_step.capacity_bytes or "
-                                    "envelope.hbm_bytes_per_device"),
+            "goodput": (goodput, "envelope.goodput.goodput"),
+            "memory_capacity_gib": (capacity, capacity_from),
             "usable_memory_gib": (
                 (fraction, "envelope.memory_headroom.usable_memory_fraction") if capacity
-                else (None, "optimum_step.capacity_bytes or envelope.hbm_bytes_per_device"))}),
+                else (None, capacity_from))}),
         "tokens": optimum.get("tokens"),
         # the data the loss counted where the plan had --unique-tokens (Muennighoff et al.)
         **({"effective_tokens": optimum["effective_tokens"], "epochs": optimum.get("epochs")}
