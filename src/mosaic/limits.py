@@ -80,6 +80,10 @@ LIMITS: dict[str, Range] = {
     "days": Range(1e-6, 3650.0, "a training window of at most ten years"),
     "seconds": Range(0.0, 1e9, "a duration of at most ~30 years"),
     "hours": Range(1e-6, 1e9, "hours"),
+    # A measured peak per GPU: the largest device holds ~288 GB, so this is beyond any; a
+    # figure in bytes written as GiB (~1e11, a node's total ~1e13) stays inside, for the
+    # unit-slip check to name (evaluate.plausibility), and GiB x 2^30 stays a finite float.
+    "memory_gib": Range(0.0, 1e15, "GiB per GPU"),
     # Law inputs: the joint law (Eq. 10) is fitted on 1e8..1e11 parameters and 1e9..1e11
     # tokens (App. C); predictions far outside are extrapolations (and say so). The floor
     # admits the reference trainer's tiny ladder (examples/ladder_tiny.yaml: ~1e5

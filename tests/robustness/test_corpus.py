@@ -196,6 +196,11 @@ CASES = [
     # a window of ~0 days trained ~0 tokens and a loss of 1e65 nats (fuzz seed 46)
     ("compare-days-subnormal", ["compare", "{dir}/j.yaml", "{dir}/j.yaml", "--days", "1e-320",
                                 "--json"], {"j.yaml": SMALL_JOB}, 2, "--days"),
+    # a finite memory figure past any unit slip: 1e300 GiB is infinite bytes, and the
+    # memory error statistics raised on it (a trial)
+    ("validate-memory-1e300", ["validate", "{dir}/r.yaml", "--strict", "--json"],
+     {"r.yaml": RUNS.replace("memory_gib: 82.4", "memory_gib: 1.0e+300").encode()}, 2,
+     "measured.memory_gib: Input should be less than or equal to"),
     ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
                                    "--cv", "none", "--json"],
      {"r.yaml": RUNS.encode()}, 2, "does not exist"),

@@ -82,7 +82,8 @@ class MeasuredEntry(_Strict):
     step_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     mfu_reported: float | None = Field(default=None, ge=0, le=1)
     tflops_per_gpu_reported: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_gib: float | None = Field(default=None, gt=0, le=LIMITS["memory_gib"].high,
+                                     allow_inf_nan=False)
     memory_measure: Literal["allocator", "allocated", "device"] | None = Field(
         default=None, description="what memory_gib measures: allocator = the caching "
         "allocator's peak (torch.cuda.max_memory_reserved, as torchtitan and Megatron log "
