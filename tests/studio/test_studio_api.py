@@ -1053,6 +1053,10 @@ def test_a_report_address_that_is_no_plan_number_is_answered_in_words(studio):
     assert status == 404 and "reports are numbered by plan" in body
     status, body = studio.text("/report/987654")
     assert status == 404 and "no report 987654" in body
+    # more digits than int() converts, and digits of another script: no plan numbers either
+    for address in ("9" * 5000, "%D9%A3"):
+        status, body = studio.text(f"/report/{address}")
+        assert status == 404 and "reports are numbered by plan" in body, body[:200]
 
 
 def test_the_plan_form_quantises_the_routed_experts_alone_as_the_job_does():

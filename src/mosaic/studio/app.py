@@ -48,6 +48,7 @@ MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
 LAYOUT_ROWS = 200  # rows of the layout table sent to the page
 INFEASIBLE_ROWS = 50
+MAX_REPORT_DIGITS = 18  # a plan number of /report/N (an int64; plans are numbered from 1)
 
 
 def _static(name: str) -> str:
@@ -495,9 +496,11 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     @app.get("/report/{job_id}", response_class=HTMLResponse)
     def plan_report(job_id: str) -> Any:
         # a plan number, said in words otherwise (FastAPI's int parsing answered with its
-        # validation JSON, a trial)
-        if not job_id.isdigit():
-            return PlainTextResponse(f"no report {job_id!r}: reports are numbered by plan, "
+        # validation JSON, a trial); ASCII digits, few enough for int() (5,000 digits passed
+        # str.isdigit and int() raised past Python's 4,300-digit limit: an internal error)
+        if not (job_id.isascii() and job_id.isdigit()) or len(job_id) > MAX_REPORT_DIGITS:
+            shown = job_id if len(job_id) <= 40 else job_id[:40] + "..."
+            return PlainTextResponse(f"no report {shown!r}: reports are numbered by plan, "
                                      "e.g. /report/1", status_code=404)
         html = runner.report(int(job_id))
         if html is None:
