@@ -452,6 +452,38 @@ def test_a_cancel_after_the_last_batch_the_rule_leaves_keeps_the_finished_plan(m
     assert early["state"] == "cancelled" and early["report_url"] is None, early
 
 
+def test_a_plan_asked_for_while_a_cancelled_one_stops_is_told_it_is_stopping(monkeypatch):
+    """A cancel stops the search at its next progress report; a plan started in between was
+    refused with 'still running ...; cancel it or wait', naming the cancel just sent."""
+    import threading
+
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.plan_runner import PlanBusyError, _StoppedError
+
+    runner = PlanRunner(load_calibration(None))
+    gate = threading.Event()
+
+    def search(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        gate.wait(60)  # the search between two progress reports
+        raise _StoppedError("cancelled")
+
+    monkeypatch.setattr(runner, "_search", search)
+    runner.start(TINY_PLAN)
+    with pytest.raises(PlanBusyError, match=r"still running .*cancel it or wait"):
+        runner.start(TINY_PLAN)
+    assert runner.cancel()
+    with pytest.raises(PlanBusyError) as refused:
+        runner.start(TINY_PLAN)
+    assert "is stopping (cancelled at 0/12 geometries)" in str(refused.value)
+    assert "cancel it" not in str(refused.value)
+    gate.set()
+    runner.wait(60)
+    assert runner.status()["current"]["state"] == "cancelled"
+    assert runner.start(TINY_PLAN).job_id == 2  # once stopped, the next plan starts
+    runner.cancel()
+    runner.wait(60)
+
+
 def test_plan_time_limit(studio):
     plans = PlanRunner(studio.app.state.runner.calibration, time_limit_s=1e-3)
     plans.start(TINY_PLAN)

@@ -375,10 +375,16 @@ class PlanRunner:
         searched = () if rule is None else batches
         with self._lock:
             if self._current is not None and self._current.state == "running":
-                raise PlanBusyError(f"plan {self._current.job_id} is still running "
-                           f"({self._current.done}/{self._current.total} "
-                           f"{_unit(self._current)}); "
-                           "cancel it or wait for it to finish")
+                current = self._current
+                progress = f"{current.done}/{current.total} {_unit(current)}"
+                # a cancel stops the search at its next progress report: a plan asked for
+                # in between was told to cancel the plan it had just cancelled (a trial)
+                raise PlanBusyError(
+                    f"plan {current.job_id} is stopping (cancelled at {progress}); start "
+                    "this plan again once its status says cancelled"
+                    if self._cancel.is_set() else
+                    f"plan {current.job_id} is still running ({progress}); cancel it or "
+                    "wait for it to finish")
             job = PlanJob(job_id=self._next_id, request=dict(form),
                           total=len(space.enumerate()) * max(1, len(searched)),
                           batches=max(1, len(searched)))
