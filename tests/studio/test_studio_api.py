@@ -1080,6 +1080,18 @@ def test_a_top_k_above_the_experts_is_marked_on_k(studio):
     assert "ladder.experts" not in body["errors"]
 
 
+def test_a_field_that_is_no_yaml_scalar_is_marked_on_its_field():
+    """A form value YAML cannot read (a python tag) was answered above the form with the
+    field's name in the text, beside no field."""
+    from mosaic.studio.jobs import FormError, validate_form
+
+    with pytest.raises(FormError) as refused:
+        validate_form({**DEFAULT_FORM, "batch.seq_len": "!!python/object:os.system 'x'"},
+                      None)
+    assert list(refused.value.errors) == ["batch.seq_len"]
+    assert "malformed YAML" in refused.value.errors["batch.seq_len"]
+
+
 def test_a_report_address_that_is_no_plan_number_is_answered_in_words(studio):
     status, body = studio.text("/report/abc")
     assert status == 404 and "reports are numbered by plan" in body

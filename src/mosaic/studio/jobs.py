@@ -154,7 +154,11 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
         if block in KNOWN_BLOCKS and block != "model" and field:
             text = str(value).strip()
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
-                document.setdefault(block, {})[field] = field_value(field, text, key)
+                try:
+                    value = field_value(field, text, key)
+                except MosaicInputError as exc:  # beside its field, not above the form
+                    raise FormError({key: str(exc)}) from None
+                document.setdefault(block, {})[field] = value
     parallelism = document.get("parallelism", {})
     if "parallelism.dp" not in form:
         # the editor has no dp field: dp is what the node count leaves, as for a job file
