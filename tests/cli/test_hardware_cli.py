@@ -143,6 +143,23 @@ def test_a_broken_root_catalog_stops_only_the_commands_that_read_hardware(tmp_pa
     assert runner.invoke(app, ["hardware", "list"]).exit_code == 0  # the next run: shipped
 
 
+def test_a_catalog_file_the_environment_names_says_so_in_its_error(tmp_path):
+    """A MOSAIC_CATALOG left set to a missing file stopped `mosaic perf JOB` with '...:
+    hardware catalog file not found', a file the command line never named."""
+    missing = str(tmp_path / "gone.yaml")
+    for argv in (["perf", str(JOB)], ["hardware", "list"]):
+        result = runner.invoke(app, argv, env={"MOSAIC_CATALOG": missing})
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and missing in lines[0], lines
+        assert "named by the MOSAIC_CATALOG environment variable" in lines[0], lines
+    # named on the command line, the file is the user's own words: no origin to add
+    typed = runner.invoke(app, ["--catalog", missing, "hardware", "list"],
+                          env={"MOSAIC_CATALOG": None})
+    assert typed.exit_code == 2 and "MOSAIC_CATALOG" not in typed.output, typed.output
+    assert runner.invoke(app, ["hardware", "list"]).exit_code == 0  # the next run: shipped
+
+
 def test_unknown_names_point_to_a_command_that_exists():
     result = runner.invoke(app, ["perf", str(JOB), "--set", "hardware.system=nope"])
     assert result.exit_code == 2

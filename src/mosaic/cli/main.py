@@ -185,7 +185,7 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(catalog: Annotated[list[str] | None, typer.Option(
+def _root(ctx: typer.Context, catalog: Annotated[list[str] | None, typer.Option(
         "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
         help="your hardware catalog YAML, merged over the shipped one for any command")
           ] = None,
@@ -211,7 +211,13 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
     if catalog:
         from mosaic.hardware.catalog import defer_catalog
 
-        defer_catalog(*(Path(p) for p in catalog))
+        # a file the environment names says so in its errors (the command line named none)
+        # (by name: typer vendors click's ParameterSource under a private module)
+        source = ctx.get_parameter_source("catalog")
+        from_env = getattr(source, "name", None) == "ENVIRONMENT"
+        defer_catalog(*(Path(p) for p in catalog),
+                      named_by="the MOSAIC_CATALOG environment variable" if from_env
+                      else None)
     elif "mosaic.hardware.catalog" in sys.modules:
         from mosaic.hardware.catalog import active_catalog_paths, use_catalog
 

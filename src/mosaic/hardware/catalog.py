@@ -126,19 +126,35 @@ def load_catalog(*extra_yaml_paths: str | Path, override: bool = False) -> Catal
     for file_name in _SHIPPED_FILES:
         with resources.as_file(data.joinpath(file_name)) as path:
             files.append((f"{SHIPPED_ORIGIN}{file_name}", read_catalog_file(path)))
-    files += [(str(p), read_catalog_file(Path(p))) for p in extra_yaml_paths]
+    files += [(str(p), _read_user_file(Path(p))) for p in extra_yaml_paths]
     return _build(files, override)
+
+
+def _read_user_file(path: Path) -> CatalogFile:
+    """A user catalog file, its errors naming where it was given when that was not the
+    command line (a MOSAIC_CATALOG left set made `mosaic perf job.yaml` fail on a catalog
+    file the command never named)."""
+    try:
+        return read_catalog_file(path)
+    except MosaicInputError as exc:
+        named_by = _NAMED_BY.get(path)
+        if named_by is None:
+            raise
+        raise MosaicInputError(f"{exc} (named by {named_by})") from None
 
 
 _ACTIVE: list[Catalog] = []  # the catalog set by use_catalog (empty: the shipped one)
 _ACTIVE_PATHS: list[Path] = []  # the user files merged into it
 _DEFERRED: list[bool] = []  # [True]: _ACTIVE_PATHS are read at the first use of the catalog
+_NAMED_BY: dict[Path, str] = {}  # user files given other than on the command line -> by what
 
 
 def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     """Make the shipped catalog merged with these files (later wins) the one that
     :func:`get_device`, :func:`get_system` and :func:`active_catalog` use; no paths
     restores the shipped catalog. Meant for one command-line run (``--catalog``)."""
+    if not user_yaml_paths:
+        _NAMED_BY.clear()
     catalog = load_catalog(*user_yaml_paths, override=True) if user_yaml_paths else None
     install_catalog(catalog)
     _ACTIVE_PATHS.clear()
@@ -146,11 +162,16 @@ def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     return active_catalog()
 
 
-def defer_catalog(*user_yaml_paths: str | Path) -> None:
+def defer_catalog(*user_yaml_paths: str | Path, named_by: str | None = None) -> None:
     """:func:`use_catalog` at the first use of the catalog, not now: a command that never
     looks at hardware (a law fit, the geometry calculator) does not read or validate a
-    catalog file it was given for every command (``mosaic --catalog``, MOSAIC_CATALOG)."""
+    catalog file it was given for every command (``mosaic --catalog``, MOSAIC_CATALOG).
+    ``named_by``: what named the files when not the command line (``MOSAIC_CATALOG``),
+    which their errors then say."""
     install_catalog(None)
+    _NAMED_BY.clear()
+    if named_by is not None:
+        _NAMED_BY.update(dict.fromkeys((Path(p) for p in user_yaml_paths), named_by))
     _ACTIVE_PATHS.clear()
     _ACTIVE_PATHS.extend(Path(p) for p in user_yaml_paths)
     _DEFERRED[:] = [True] if user_yaml_paths else []
