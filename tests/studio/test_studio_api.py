@@ -1209,7 +1209,7 @@ def test_a_stated_dp_follows_the_edited_node_count(source, tmp_path):
 def test_an_untrainable_plan_says_why_in_the_forms_words(studio):
     """The page's plan with pp 3 on 32 GPUs failed with the CLI's advice, "loosen --pp 3 or
     choose --nodes, ... and --global-batch": the fields are pp, nodes and global batch (a
-    trial). An option the form lacks (--gpus-per-node) keeps its CLI spelling."""
+    trial)."""
     from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM
 
     form = {**DEFAULT_PLAN_FORM, **TINY_PLAN, "plan.pp": "3"}
@@ -1221,6 +1221,20 @@ def test_an_untrainable_plan_says_why_in_the_forms_words(studio):
     assert message.startswith("no geometry of the grid is trainable"), message
     assert "loosen pp 3" in message and "global_batch" in message, message
     assert "--pp" not in message and "--nodes" not in message and "--global-batch" not in message
+
+
+def test_an_untrainable_plan_names_the_node_type_for_the_host_size(studio):
+    """A batch the cluster's GPUs cannot divide: the advice "choose --nodes, --gpus-per-node
+    and --global-batch" named a CLI option the studio has no field for (a review); the
+    studio sets the GPUs per node through the node type, so the advice names that field."""
+    form = {**TINY_PLAN, "plan.nodes": "3", "plan.global_batch": "1000"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200, body
+    current = wait_plan(studio)
+    message = current["message"]
+    assert current["state"] == "failed" and "divisibility" in message, current
+    assert "--" not in message, message
+    assert "choose nodes, system (its GPUs per node) and global_batch" in message, message
 
 
 def test_a_bad_hsdp_shard_group_is_shown_beside_its_field(studio):

@@ -175,14 +175,22 @@ def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
 
 
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+# CLI options the plan form has no field for, named as the field that sets what they set:
+# `mosaic plan --gpus-per-node` is a what-if host size; the form's host size is its node
+# type's (plan.system; a review found the untrainable advice naming --gpus-per-node)
+SET_BY_FIELD = {"gpus-per-node": ("plan.system", "system (its GPUs per node)")}
 
 
 def in_form_words(message: str, keys: set[str]) -> str:
     """A CLI message with each option the form has as a field named as the field ('--q is
-    empty' -> 'q is empty'); options the form lacks keep their CLI spelling."""
+    empty' -> 'q is empty'), and an option the form sets through another field named as
+    that field (SET_BY_FIELD); other options keep their CLI spelling."""
     def field(match: re.Match[str]) -> str:
         name = match.group(1).replace("-", "_")
-        return name if f"plan.{name}" in keys else match.group(0)
+        if f"plan.{name}" in keys:
+            return name
+        key, words = SET_BY_FIELD.get(match.group(1), ("", ""))
+        return words if key in keys else match.group(0)
 
     return _FLAG.sub(field, message)
 
