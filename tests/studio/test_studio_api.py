@@ -1468,3 +1468,28 @@ def test_a_jobs_stated_deepep_the_layout_refuses_is_the_plan_forms_dispatcher():
     with running_studio(job_document=document) as studio:
         status, body = studio.call("/api/perf", {"form": options["form"]})
     assert status == 422 and sorted(body["errors"]) == ["parallelism.ep", "parallelism.etp"]
+
+
+def test_refused_recompute_modules_of_the_job_file_are_shown_beside_the_recompute_field(
+        tmp_path):
+    """A job file's recompute_modules naming MLA's up-projections, unread under its full
+    recompute: the editor's switch to selective is refused (Megatron-Core checks the modules
+    there), and the refusal was shown in the general line; the page has no field for the
+    modules, so it goes beside the recompute field under which they are read."""
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import load_job_document
+
+    document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    document["performance"] = {**document["performance"], "recompute_modules": ["mla_up_proj"]}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    job = load_job_document(path)
+    form = options_document(job)["form"]
+    assert "performance.recompute_modules" not in form  # (no field on the page)
+    with running_studio(job_document=job) as running:
+        status, body = running.call("/api/perf", {"form": form})
+        assert status == 200, body
+        status, body = running.call("/api/perf", {"form": {
+            **form, "performance.checkpointing": "selective"}})
+    assert status == 422 and list(body["errors"]) == ["performance.checkpointing"], body
+    assert "recompute_modules: mla_up_proj" in body["errors"]["performance.checkpointing"]

@@ -217,11 +217,21 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
     return dict.fromkeys([field, *named[:2]], message)
 
 
+# Job-file settings the page has no field for, by the page's field under which they are
+# read: Megatron-Core reads (and checks) recompute_modules under recompute_granularity
+# 'selective' only (transformer_config.py @ d98e8a64dd; job_schema.refuse_modules_the_model_
+# lacks), the page's recompute field (a review found the refusal in the general line)
+READ_UNDER = {"performance.recompute_modules": "performance.checkpointing"}
+
+
 def _path_field(block: str, field: str, form_keys: set[str]) -> str:
-    """The form field of a 'job: block: field' message (GENERAL when the form has none)."""
+    """The form field of a 'job: block: field' message: that field, else the field it is
+    read under (READ_UNDER); GENERAL when the form has neither."""
     if block == "model":
         return "hf.config" if "hf.config" in form_keys else "model.source"
     key = f"{block}.{field}"
+    if key not in form_keys:
+        key = READ_UNDER.get(key, GENERAL)
     return key if key in form_keys else GENERAL
 
 
