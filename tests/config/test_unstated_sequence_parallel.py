@@ -49,8 +49,8 @@ def test_a_stated_sequence_parallel_is_refused_for_an_expert_parallel_moe(moe, e
                              "test")
     assert bool(spec.plan.sequence_parallel[0])
     if refused:
-        with pytest.raises(InvalidLayoutError,
-                           match="sequence_parallel with tp=2 and ep=4: nemo-automodel runs"):
+        with pytest.raises(InvalidLayoutError, match="sequence_parallel on stack "
+                           "nemo-automodel with tp=2 and ep=4: its MoE parallelizer"):
             check_job_layout(spec)
     else:
         check_job_layout(spec)
@@ -67,3 +67,44 @@ def test_a_search_on_nemo_automodel_costs_tp_without_sequence_parallel():
     assert 2 in plans.tp.tolist() and not plans.sequence_parallel.any()
     titan = candidate_plans(replace(spec.workload, stack="torchtitan"), 16, 8, limits)
     assert (titan.sequence_parallel == (titan.tp > 1)).all()
+
+
+def _perf_with(tmp_path, document: dict, *overrides: str) -> str:
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(app, ["perf", str(path),
+                                      *[arg for o in overrides for arg in ("--set", o)]])
+    assert result.exit_code == 2, result.output
+    return " ".join(result.output.split())
+
+
+def test_a_refused_sequence_parallel_blames_the_set_that_states_it(tmp_path):
+    """Sequence parallelism refused on NeMo AutoModel's MoE path was blamed on whichever
+    named degree came first among the --set overrides ('(from --set parallelism.ep=4)' for
+    a stated '--set parallelism.sequence_parallel=true'): the setting the rule refuses is
+    blamed, whatever the order of the overrides."""
+    document = _job("nemo-automodel", moe=True, ep=2)
+    document["parallelism"]["tp"] = 1
+    for order in (1, -1):
+        sets = ["parallelism.ep=4", "parallelism.tp=2", "parallelism.sequence_parallel=true"]
+        output = _perf_with(tmp_path, document, *sets[::order])
+        assert "sequence_parallel" in output and "nemo-automodel" in output, output
+        assert output.endswith("(from --set parallelism.sequence_parallel=true)"), output
+
+
+def test_a_refused_sequence_parallel_blames_the_stack_set_whose_trait_refuses_it(tmp_path):
+    """A Megatron-Core job with sequence parallelism moved to NeMo AutoModel by --set is
+    refused by the stack's trait (ep_sequence_parallel); the message blamed no --set."""
+    document = _job("megatron-core", moe=True, ep=4, sequence_parallel=True)
+    output = _perf_with(tmp_path, document, "performance.stack=nemo-automodel")
+    assert output.endswith("(from --set performance.stack=nemo-automodel)"), output
+    # the trigger among the degrees is blamed after the stack whose trait refuses it
+    document["parallelism"]["tp"] = 1
+    output = _perf_with(tmp_path, document, "parallelism.tp=2",
+                        "performance.stack=nemo-automodel")
+    assert output.endswith("(from --set performance.stack=nemo-automodel)"), output

@@ -1311,15 +1311,18 @@ def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInput
     message, though the value came from the command line (a fuzz trial: '--set
     model.layrs=3' read as 'job.yaml: model: layrs: unknown field'). The override whose
     field path the message names most fully wins (a fuzz trial blamed '...groups=64' for
-    'moe.router.top_groups (65) must lie in 1..groups (64)')."""
+    'moe.router.top_groups (65) must lie in 1..groups (64)'); among those named as fully,
+    the one named first, a rule's message naming the setting it refuses first (a review:
+    the sequence_parallel refused 'with tp=2 and ep=4' was blamed on the earlier of
+    '--set parallelism.ep=4' and '--set parallelism.sequence_parallel=true')."""
     message = str(error)
-    scores = [(_override_depth(override.split("=", 1)[0].strip(), message), override)
+    scores = [(_override_rank(override.split("=", 1)[0].strip(), message), override)
               for override in overrides]
-    depth, override = max(scores, key=lambda pair: pair[0], default=(0, ""))
+    (depth, _), override = max(scores, key=lambda pair: pair[0], default=((0, 0), ""))
     return type(error)(f"{message} (from --set {override})") if depth else error
 
 
-def _override_depth(path: str, message: str) -> int:
+def _override_rank(path: str, message: str) -> tuple[int, int]:
     """:func:`_named_depth` of a ``--set`` path as given or in its canonical spelling, which
     the schema's messages name (a fuzz trial: '--set data.global_batch=-1' is refused as
     'batch: global_seqs: ...', which named no override)."""
@@ -1327,14 +1330,16 @@ def _override_depth(path: str, message: str) -> int:
     return max(_named_depth(path, message), _named_depth(".".join(canonical), message))
 
 
-def _named_depth(path: str, message: str) -> int:
+def _named_depth(path: str, message: str) -> tuple[int, int]:
     """How many trailing parts of the dotted ``path`` the message names as a whole word
-    (a field alone only followed by ':', '=', ' ' or '(', as messages name a value); 0 for
+    (a field alone only followed by ':', '=', ' ' or '(', as messages name a value), and
+    minus the position of the first such name (an earlier name ranks higher); (0, 0) for
     none."""
     parts = [part for part in path.split(".") if part]
     for depth in range(len(parts), 0, -1):
         suffix = re.escape(".".join(parts[-depth:]))
         after = r"(?![\w.])" if depth > 1 else r"(?=[:= (])"
-        if re.search(rf"(?<!\w){suffix}{after}", message):
-            return depth
-    return 0
+        found = re.search(rf"(?<!\w){suffix}{after}", message)
+        if found:
+            return depth, -found.start()
+    return 0, 0

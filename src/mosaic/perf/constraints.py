@@ -230,10 +230,12 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
           if workload.traits.sharding_without_pp_ep else []),
         # NeMo AutoModel's MoE parallelizer (ep > 1) refuses sequence parallelism:
         # "sequence_parallel=True is not supported by the custom MoE TP path yet"
-        # (components/moe/parallelizer.py l. 233-237 @ 36044ad3d; trait ep_sequence_parallel)
-        *([(f"sequence_parallel with tp={{tp}} and ep={{ep}}: {workload.traits.name} runs "
-            "an expert-parallel MoE model's TP without sequence parallelism; state "
-            "sequence_parallel false",
+        # (components/moe/parallelizer.py l. 233-237 @ 36044ad3d; trait ep_sequence_parallel).
+        # The message names the setting refused, then the stack whose trait refuses it, then
+        # the degrees: a --set of each is blamed in that order (job_schema.blame_override)
+        *([(f"sequence_parallel on stack {workload.traits.name} with tp={{tp}} and "
+            "ep={ep}: its MoE parallelizer runs an expert-parallel MoE model's TP without "
+            "sequence parallelism; state sequence_parallel false",
             plans.sequence_parallel & (plans.tp > 1) & (plans.ep > 1))]
           if moe is not None and not workload.traits.ep_sequence_parallel else []),
         (
