@@ -1493,3 +1493,17 @@ def test_refused_recompute_modules_of_the_job_file_are_shown_beside_the_recomput
             **form, "performance.checkpointing": "selective"}})
     assert status == 422 and list(body["errors"]) == ["performance.checkpointing"], body
     assert "recompute_modules: mla_up_proj" in body["errors"]["performance.checkpointing"]
+
+
+def test_a_refused_sequence_parallel_is_shown_beside_its_switch(studio):
+    """NeMo AutoModel refuses sequence parallelism on an expert-parallel MoE's TP: the
+    refusal was shown beside tp and ep only, not the sequence-parallel switch it refuses."""
+    form = {**DEFAULT_FORM, "performance.stack": "nemo-automodel", "parallelism.pp": "1",
+            "parallelism.sharding": "fsdp", "parallelism.tp": "2",
+            "parallelism.sequence_parallel": "true"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422, body
+    assert "sequence_parallel on stack" in body["errors"]["parallelism.sequence_parallel"]
+    status, body = studio.call("/api/perf", {"form": {
+        **form, "parallelism.sequence_parallel": "false"}})
+    assert status == 200, body

@@ -185,7 +185,10 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
 # "block: field" or "block.field"; a product of fields ("parallelism: pp·vpp = 16·4 ...")
 _FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+(?:·\w+)*)")
 _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known ..."
-_AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard")) + r")\b")
+# (sequence_parallel: a rule refusing it names the degrees it is refused with, and the
+# page's switch is the field to change; a review found it beside tp and ep alone)
+_AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
+                                       "sequence_parallel")) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 
