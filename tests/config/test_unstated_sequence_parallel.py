@@ -108,3 +108,32 @@ def test_a_refused_sequence_parallel_blames_the_stack_set_whose_trait_refuses_it
     output = _perf_with(tmp_path, document, "parallelism.tp=2",
                         "performance.stack=nemo-automodel")
     assert output.endswith("(from --set performance.stack=nemo-automodel)"), output
+
+
+@pytest.mark.parametrize(("sharding", "refused"), [
+    ("zero1", True), ("zero2", True), ("none", True),  # Megatron-FSDP: no such option
+    ("fsdp", False), ("hsdp", False),                  # FSDP2Config.sequence_parallel
+])
+def test_a_stated_sequence_parallel_is_refused_under_megatron_fsdp(sharding, refused):
+    """NeMo AutoModel runs none, zero1 and zero2 as its megatron_fsdp strategy, whose
+    MegatronFSDPConfig has no sequence_parallel (parse_distributed_section refuses the
+    option: "Unknown options for strategy 'megatron_fsdp'") and whose manager builds the TP
+    plan with sequence_parallel=False (megatron_fsdp.py @ 36044ad3d): a dense job stating it
+    with tp > 1 under one of them was accepted and costed with sequence parallelism."""
+    document = _job("nemo-automodel", moe=False, ep=1, sequence_parallel=True)
+    document["parallelism"]["sharding"] = sharding
+    spec = job_from_document(document, "test")
+    assert bool(spec.plan.sequence_parallel[0])
+    if refused:
+        with pytest.raises(InvalidLayoutError, match=rf"sequence_parallel on stack "
+                           rf"nemo-automodel with sharding {sharding} and tp=2: "):
+            check_job_layout(spec)
+    else:
+        check_job_layout(spec)
+    # off, or at tp 1 (nothing to shard: off, config.layout), the layout runs
+    document["parallelism"]["sequence_parallel"] = False
+    check_job_layout(job_from_document(document, "test"))
+    # Megatron-Core's own distributed optimizer runs it
+    document["parallelism"]["sequence_parallel"] = True
+    document["performance"]["stack"] = "megatron-core"
+    check_job_layout(job_from_document(document, "test"))

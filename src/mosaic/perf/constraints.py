@@ -86,6 +86,23 @@ def _sharding_without_pp_ep_rule(traits: StackTraits, plans: ParallelPlans
             np.isin(plans.sharding, modes) & ((plans.pp > 1) | (plans.ep > 1)))
 
 
+def _sharding_without_sequence_parallel_rule(traits: StackTraits, plans: ParallelPlans
+                                             ) -> tuple[str, np.ndarray]:
+    """Sharding modes the stack runs only without sequence parallelism (trait
+    ``sharding_without_sequence_parallel``): NeMo AutoModel runs none, zero1 and zero2 as
+    its megatron_fsdp strategy, whose MegatronFSDPConfig has no sequence_parallel option (a
+    recipe stating it is refused, "Unknown options for strategy 'megatron_fsdp'":
+    components/distributed/config.py _resolve_strategy_config l. 488-491 @ 36044ad3d) and
+    whose TP plan is built without it (megatron_fsdp.py l. 125-132). The message names the
+    setting refused, then the stack, then the sharding and tp (job_schema.blame_override)."""
+    modes = [int(Sharding.parse(name)) for name in traits.sharding_without_sequence_parallel]
+    return (f"sequence_parallel on stack {traits.name} with sharding {{sharding}} and "
+            f"tp={{tp}}: its Megatron-FSDP strategy, which runs "
+            f"{', '.join(traits.sharding_without_sequence_parallel)}, has no sequence "
+            "parallelism; state sequence_parallel false, or use fsdp or hsdp (FSDP2)",
+            np.isin(plans.sharding, modes) & plans.sequence_parallel & (plans.tp > 1))
+
+
 def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
                         ) -> list[tuple[str, np.ndarray]]:
     """Megatron-Core's MoE configuration checks (stack trait megatron_moe_rules; a trial's
@@ -228,6 +245,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
           else []),
         *([_sharding_without_pp_ep_rule(workload.traits, plans)]
           if workload.traits.sharding_without_pp_ep else []),
+        *([_sharding_without_sequence_parallel_rule(workload.traits, plans)]
+          if workload.traits.sharding_without_sequence_parallel else []),
         # NeMo AutoModel's MoE parallelizer (ep > 1) refuses sequence parallelism:
         # "sequence_parallel=True is not supported by the custom MoE TP path yet"
         # (components/moe/parallelizer.py l. 233-237 @ 36044ad3d; trait ep_sequence_parallel).

@@ -106,6 +106,8 @@ class _Entry(BaseModel):
     zero_runtime: Literal["torch", "deepspeed"] = "torch"
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     sharding_without_pp_ep: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] = ()
+    sharding_without_sequence_parallel: tuple[
+        Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] = ()
     layout_vpp: tuple[int, ...] | None = None
     layout_pp: tuple[int, ...] | None = None
     layout_etp: tuple[int, ...] | None = None
@@ -196,6 +198,9 @@ class StackTraits:
     # sharding modes it offers only without pipeline and expert parallelism (pp = ep = 1:
     # NeMo AutoModel runs them with Megatron-FSDP or DDP, which take neither)
     sharding_without_pp_ep: tuple[str, ...]
+    # sharding modes it runs only without sequence parallelism (NeMo AutoModel's
+    # Megatron-FSDP strategy has no such option)
+    sharding_without_sequence_parallel: tuple[str, ...]
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     layout_pp: tuple[int, ...] | None  # pipeline degrees it offers; None = any
     layout_etp: tuple[int, ...] | None  # expert tensor-parallel degrees it offers; None = any
