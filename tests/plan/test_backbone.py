@@ -190,3 +190,28 @@ def test_a_router_whose_groups_are_all_in_reach_is_no_group_limit():
     from mosaic.arch import RouterConfig
 
     assert RouterConfig(groups=2, top_groups=2) == RouterConfig()
+
+
+def test_a_model_too_large_for_the_window_says_how_many_tokens_it_would_get(law,
+                                                                           calibration):
+    """DeepSeek-V3 as it is on 256 H100 for 21 days: its best layout gets D* tokens, well
+    under 40·N_act. The refusal said only 'window too short'; it now gives D* and the need,
+    the same figures the JSON's infeasible row carries."""
+    args = ["plan", "--gpu", "H100", "--nodes", "32", "--days", "21",
+            "--backbone", str(HF / "deepseek-v3.json")]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 2
+    message = out.stderr.strip()
+    assert "\n" not in message
+    assert "closest: L=61 d=7168 E=256 K=8 G=9, whose best layout gets " in message
+    v3 = load_hf_config(HF / "deepseek-v3.json")
+    needed = 40 * count_parameters(v3).n_active
+    assert f"the {needed:.3g} (tpp_min·N_act) it needs" in message
+    envelope = Envelope(resolve_system("H100"), n_nodes=32, days=21)
+    space = SearchSpace(backbone=v3, layers=(61,), d_model=(7168,), experts=(256,),
+                        top_k=(8,), split_factor=(9,))
+    result = search(envelope, space, law, calibration)
+    (row,) = result.infeasible()
+    assert row["min_tokens"] == pytest.approx(needed)
+    assert 0 < row["budget_tokens"] < needed
+    assert f"gets {row['budget_tokens']:.3g} tokens in the window" in message

@@ -91,3 +91,23 @@ def test_a_batch_far_too_small_for_the_cluster_is_told_fewer_nodes_not_a_huge_ba
     message = untrainable_message(result)
     assert "--global-batch 800000" not in message
     assert "e.g. --nodes 128, whose 1024 GPUs divide it" in message
+
+
+def test_a_window_too_short_names_the_closest_geometry_and_its_shortfall():
+    """A team's fixed model (DeepSeek-V3 on 32 H100 nodes for 21 days) read only 'window too
+    short for tpp_min·N_act tokens': nothing said it gets a quarter of what it needs, not
+    nine tenths. The closest geometry (the most of its need) is named with its tokens."""
+    rows = [
+        {"q": 0, "layers": 61, "d_model": 7168, "experts": 256, "top_k": 8, "split_factor": 9,
+         "reason": "window delivers D* = 3.37e+11 tokens < 40·N_act = 1.43e+12",
+         "budget_tokens": 3.37e11, "min_tokens": 1.43e12},
+        {"q": 0, "layers": 32, "d_model": 7168, "experts": 256, "top_k": 8, "split_factor": 9,
+         "reason": "window delivers D* = 6.5e+11 tokens < 40·N_act = 7.5e+11",
+         "budget_tokens": 6.5e11, "min_tokens": 7.5e11},
+    ]
+    result = _result([])
+    result.infeasible = lambda: rows
+    message = untrainable_message(result)
+    assert ("2 geometries: window too short for tpp_min·N_act tokens (closest: L=32 d=7168 "
+            "E=256 K=8 G=9, whose best layout gets 6.5e+11 tokens in the window, 0.87x the "
+            "7.5e+11 (tpp_min·N_act) it needs)") in message

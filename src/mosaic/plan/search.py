@@ -553,11 +553,18 @@ class PlanResult:
         return [self.candidate(int(row)) for row in rows]
 
     def infeasible(self) -> list[dict[str, Any]]:
-        """Geometries that cannot be trained in the window, with the reason."""
+        """Geometries that cannot be trained in the window, with the reason; one whose best
+        layout fits but whose window is too short also carries the tokens the window gives
+        it (``budget_tokens``, D* of Eq. 25) and the ``min_tokens`` (tpp_min·N_act) it needs,
+        so a message can say how far the closest one falls short."""
         grid = self.grid
+        floor = self.space.tpp_min * grid.n_active
+        short = self.throughput.has_layout & (self.budget_tokens < floor)
         return [
             {**{key: int(getattr(grid, key)[row]) for key in GEOMETRY_KEYS},
-             "reason": self.reasons[row]}
+             "reason": self.reasons[row],
+             **({"budget_tokens": float(self.budget_tokens[row]),
+                 "min_tokens": float(floor[row])} if short[row] else {})}
             for row in np.flatnonzero(~self.feasible)
         ]
 

@@ -84,6 +84,19 @@ def _example(reason: str) -> str | None:
     return None
 
 
+def _closest_window_example(rows: list[dict[str, Any]]) -> str | None:
+    """The geometry nearest to trainable among those the window is too short for (the most
+    of its tpp_min·N_act the window gives it), with the tokens it would get: a fixed model
+    read only 'window too short' and could not tell 10% short from 10x (a trial)."""
+    short = [r for r in rows if "budget_tokens" in r and "min_tokens" in r]
+    if not short:
+        return None
+    row = max(short, key=lambda r: r["budget_tokens"] / r["min_tokens"])
+    got, needed = row["budget_tokens"], row["min_tokens"]
+    return (f"closest: {geometry_label(row)}, whose best layout gets {got:.3g} tokens in the "
+            f"window, {got / needed:.2g}x the {needed:.3g} (tpp_min·N_act) it needs")
+
+
 # The most a global batch is advised to grow (x) to let the data-parallel group span the
 # cluster; beyond it the advice is fewer nodes (a batch 4x larger already changes the run).
 MAX_BATCH_GROWTH_ADVISED = 4
@@ -98,10 +111,13 @@ def untrainable_message(result: PlanResult) -> str:
     no_progress = envelope.goodput.no_progress_reason(envelope.n_devices)
     if no_progress is not None:
         return f"nothing is trainable on {nodes} in {days}: {no_progress}"
-    reasons = [r["reason"] for r in result.infeasible()]
+    rows = result.infeasible()
+    reasons = [r["reason"] for r in rows]
     counts = Counter(reason_category(r) for r in reasons)
     examples = {reason_category(r): example  # the first of each category
                 for r in reversed(reasons) if (example := _example(r)) is not None}
+    if (closest := _closest_window_example(rows)) is not None:
+        examples[WINDOW_CATEGORY] = closest
     summary = "; ".join(
         f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
