@@ -4,6 +4,7 @@ and the search over it picks what evaluating every candidate by hand picks."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from mosaic.arch.backbone import backbone_variant
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.cli.main import app
 from mosaic.config.model_file import load_model_file
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.export.spec import spec_from_plan_document
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import Dispatcher, Precision
@@ -215,3 +216,30 @@ def test_a_model_too_large_for_the_window_says_how_many_tokens_it_would_get(law,
     assert row["min_tokens"] == pytest.approx(needed)
     assert 0 < row["budget_tokens"] < needed
     assert f"gets {row['budget_tokens']:.3g} tokens in the window" in message
+
+
+def test_a_job_file_as_backbone_says_which_of_its_blocks_the_plan_does_not_read(tmp_path):
+    """A team passed its whole job file (batch 8192 x 4096, Megatron-Bridge, DGX-H100) as
+    --backbone and got a plan at 1024 x 2048 on megatron-core with no word that those blocks
+    were dropped. The note names them and the options that set them; a model-only file, the
+    same model with nothing else, gets no note and the same plan."""
+    import yaml
+
+    job = yaml.safe_load((EXAMPLES / "deepseek_v3_h100.yaml").read_text())
+    job_file, model_file = tmp_path / "job.yaml", tmp_path / "model.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    model_file.write_text(yaml.safe_dump({"model": job["model"]}))
+    base = ["plan", "--gpu", "H100", "--nodes", "32", "--days", "21", "--layers", "24",
+            "--d-model", "3584", "--workers", "1", "--json", "--backbone"]
+    with pytest.warns(MosaicNote, match="is a job file") as notes:
+        with_job = CliRunner().invoke(app, [*base, str(job_file)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MosaicNote)  # no note at all for a model-only file
+        model_only = CliRunner().invoke(app, [*base, str(model_file)])
+    assert with_job.exit_code == 0 and model_only.exit_code == 0, with_job.output
+    note = next(str(n.message) for n in notes if "is a job file" in str(n.message))
+    assert note.startswith(
+        f"--backbone {job_file} is a job file: the plan reads its model block alone; its "
+        "parallelism, batch, performance and hardware blocks are not read")
+    assert "--global-batch/--seq-len" in note and "--stack/--stack-version" in note
+    assert json.loads(with_job.stdout)["optimum"] == json.loads(model_only.stdout)["optimum"]

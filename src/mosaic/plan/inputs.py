@@ -174,6 +174,42 @@ def build_inputs(
     return envelope, space
 
 
+# The options that set what a job file's other blocks state, for a plan (docs/plan.md)
+_JOB_BLOCK_OPTIONS = {
+    "parallelism": "--tp/--pp/--ep/--sharding",
+    "batch": "--global-batch/--seq-len",
+    "performance": "--stack/--stack-version/--precision",
+    "hardware": "--gpu/--system/--nodes",
+    "optimizer": "--optimizer",
+    "training": "--days/--goodput",
+}
+
+
+def job_blocks_not_read(path: Path) -> str | None:
+    """The note for a --backbone that is a whole job file: its model block is the backbone,
+    and the blocks that set the run (batch, stack, cluster, layout) are not read; the plan
+    runs on its own options. A trial passed DeepSeek-V3's 1,024-GPU Megatron-Bridge job
+    and got a plan at 1024 x 2048 on megatron-core with no word that the job's 8192 x 4096
+    and its stack were dropped. None for a HuggingFace config or a model-only YAML."""
+    from mosaic.arch.hf_import import is_hf_config_file
+    from mosaic.schema_validation import load_yaml_mapping
+
+    path = Path(path)
+    if path.is_dir() or is_hf_config_file(path):
+        return None
+    document = load_yaml_mapping(path)
+    if "model" not in document:
+        return None
+    blocks = [block for block in _JOB_BLOCK_OPTIONS if block in document]
+    if not blocks:
+        return None
+    named = ", ".join(blocks[:-1]) + " and " + blocks[-1] if len(blocks) > 1 else blocks[0]
+    options = ", ".join(_JOB_BLOCK_OPTIONS[block] for block in blocks)
+    return (f"--backbone {path} is a job file: the plan reads its model block alone; its "
+            f"{named} {'blocks are' if len(blocks) > 1 else 'block is'} not read (the "
+            f"envelope shows what the plan runs; set it with {options})")
+
+
 def grid_axes(backbone: Path | Geometry | None, *, q: str | None, experts: str | None,
               top_k: str | None, split_factor: str | None, layers: str | None,
               d_model: str | None) -> dict[str, Any]:
@@ -202,6 +238,9 @@ def grid_axes(backbone: Path | Geometry | None, *, q: str | None, experts: str |
             raise MosaicInputError(f"--backbone {backbone}: no such file (give a HuggingFace "
                                    f"config.json or a mosaic model YAML)")
         geometry, where = load_model_file(backbone), str(backbone)
+        unread = job_blocks_not_read(backbone)
+        if unread is not None:
+            warnings.warn(unread, MosaicNote, stacklevel=2)
     if geometry.is_hybrid:
         raise MosaicInputError(f"{where}: a hybrid SSM/attention backbone "
                                "(model.hybrid_pattern) cannot be planned: the scaling law and "
