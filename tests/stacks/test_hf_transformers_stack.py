@@ -31,6 +31,9 @@ from mosaic.perf.plan import Sharding, single_plan
 from mosaic.perf.workload import Workload
 from mosaic.stacks import CrossEntropy, MicroBatchDefault, get_stack, stack_for_software
 
+ROOT = Path(__file__).resolve().parents[2]
+EXTRA = ROOT / "src" / "mosaic" / "evaluate" / "data" / "extra_runs.yaml"
+
 # Qwen3-4B's block (Qwen/Qwen3-4B config.json): d 2560, 32 heads / 8 KV of 128, SwiGLU 9728
 QWEN3_4B = Geometry(layers=36, d_model=2560, heads=32, kv_heads=8, head_dim=128, ffn=9728,
                     vocab=151936, glu=True)
@@ -111,3 +114,9 @@ def test_unstated_micro_batch_is_the_per_device_batch(
     assert record.workload.stack == "hf-transformers"
     assert record.plan.row(0)["micro_batch"] == 2
 
+
+def test_the_trl_benchmark_rows_name_the_stack() -> None:
+    runs = [run for run in yaml.safe_load(EXTRA.read_text())["runs"]
+            if run["id"].startswith("trlbench2604-")]
+    assert len(runs) == 3
+    assert {run["stack"] for run in runs} == {"hf-transformers"}
