@@ -450,3 +450,23 @@ def test_a_loss_far_under_the_others_is_named_by_row(tmp_path, epoch_runs):
     assert "warning: row(s) 25 (1e-06) have a loss under a tenth of the table's median" in text
     write_runs(data, epoch_runs)
     assert "under a tenth" not in runner.invoke(app, args).output
+
+
+def test_fit_refuses_one_bootstrap_resample_before_the_fit(tmp_path, monkeypatch):
+    """`--bootstrap 1` was refused by bootstrap_fit only after the point fit (minutes on a
+    ladder), with 'at least 2' beside the option's stated 0..100000."""
+    import mosaic.law.validation as validation
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the fit ran before the bootstrap option was checked")
+
+    monkeypatch.setattr(validation, "fit_with_holdout", no_fit)
+    data = tmp_path / "runs.csv"
+    data.write_text("n_total,tokens,loss\n" + "".join(
+        f"{n:g},{t:g},{2 + 1e3 / n ** 0.3 + 1e3 / t ** 0.3:.5f}\n"
+        for n in (1e8, 1e9, 1e10) for t in (1e10, 1e11, 1e12)))
+    result = runner.invoke(app, ["law", "fit", str(data), "--form", "chinchilla",
+                                 "--bootstrap", "1", "--json"])
+    assert result.exit_code == 2
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: --bootstrap: got 1") and "2..100000" in error, error

@@ -366,14 +366,23 @@ SamplesOutOption = Annotated[
                                        "plan --bootstrap-samples); needs --bootstrap.")]
 
 
+MAX_BOOTSTRAP = 100_000  # resamples; 1e5 refits of the joint form already take hours
+
+
 def check_bootstrap_options(n_bootstrap: int, method: str, samples_out: Path | None) -> None:
-    """The bootstrap options, before the fit (a fuzz case failed only after it)."""
-    from mosaic.law.bootstrap import check_bootstrap_method
+    """The bootstrap options, before the fit (a fuzz case failed only after it; --bootstrap 1
+    was refused by bootstrap_fit only after the point fit, minutes into a ladder's)."""
+    from mosaic.law.bootstrap import MIN_RESAMPLES, check_bootstrap_method
 
     if samples_out is not None and not n_bootstrap:
         raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
     check_bootstrap_method(method)
-    check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
+    check_range("--bootstrap", n_bootstrap, "top", integer=True, high=MAX_BOOTSTRAP)
+    if 0 < n_bootstrap < MIN_RESAMPLES:
+        raise MosaicInputError(
+            f"--bootstrap: got {n_bootstrap}; allowed: 0 (no intervals) or an integer in "
+            f"{MIN_RESAMPLES}..{MAX_BOOTSTRAP} (an interval needs at least {MIN_RESAMPLES} "
+            "resamples)")
 
 
 @law_app.command("fit")

@@ -21,6 +21,8 @@ from mosaic.law.fit import AT_BOUND_LOG_SHARE, FitResult, polish, spread_starts
 
 Method = Literal["wild", "case"]
 DEFAULT_LEVEL = 0.95
+# a percentile interval needs at least two replicates (one gives a zero-width interval)
+MIN_RESAMPLES = 2
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ def bootstrap_fit(
     refits once per run left out. ``progress(done, total)`` is called after each refit.
     """
     check_bootstrap_method(method)
-    if n_resamples < 2:
-        raise MosaicInputError(f"bootstrap resamples must be at least 2, got {n_resamples}")
+    if n_resamples < MIN_RESAMPLES:
+        raise MosaicInputError(
+            f"bootstrap resamples must be at least {MIN_RESAMPLES}, got {n_resamples}")
     if not 0 < level < 1:
         raise MosaicInputError(f"confidence level must be in (0, 1), got {level}")
     objective = fit.objective_function()
