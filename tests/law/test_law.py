@@ -124,3 +124,16 @@ def test_law_file_roundtrip_and_errors(tmp_path):
         ScalingLaw.load(path)
     with pytest.raises(MosaicInputError, match="does not exist"):
         ScalingLaw.load(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("value", [0, -8.462, "8.462", float("nan")])
+def test_law_file_coefficient_error_states_what_is_allowed(value):
+    """A law file's coefficient error said "allowed: 0 or a finite number with 1e-12 <=
+    |value| <= 1e+10", yet a 0 or a negative value was then refused (positive only)."""
+    payload = default_law().to_dict()
+    payload["coefficients"]["a"] = value
+    with pytest.raises(MosaicInputError) as caught:
+        ScalingLaw.from_dict(payload, source="law.json")
+    message = str(caught.value)
+    assert message.startswith("law.json: coefficients.a: got "), message
+    assert "allowed: a positive number in 1e-12..1e+10" in message, message

@@ -144,13 +144,14 @@ class ScalingLaw:
         if not isinstance(coefficients, Mapping):
             raise MosaicInputError(f"{source}: 'coefficients' must be an object name -> value")
         for name, value in coefficients.items():
-            # Finite and of bounded size: fitted laws have coefficients of 1e-2..1e4
+            # Positive (every term of every form is a positive power law, forms.vector),
+            # finite and of bounded size: fitted laws have coefficients of 1e-2..1e4
             # (Table 2; Epoch's B = 2143), and 1e308 makes every prediction inf (issue 11).
-            if not is_number(value) or not (
-                    value == 0 or MIN_COEFFICIENT <= abs(value) <= MAX_COEFFICIENT):
+            # The message named "0 or" a signed value, which forms.vector then refused.
+            if not is_number(value) or not MIN_COEFFICIENT <= value <= MAX_COEFFICIENT:
                 raise MosaicInputError(
-                    f"{source}: coefficients.{name}: got {value!r}; allowed: 0 or a finite "
-                    f"number with {MIN_COEFFICIENT:g} <= |value| <= {MAX_COEFFICIENT:g}")
+                    f"{source}: coefficients.{name}: got {value!r}; allowed: a positive "
+                    f"number in {MIN_COEFFICIENT:g}..{MAX_COEFFICIENT:g}")
         provenance = payload.get("provenance", {})
         if not isinstance(provenance, Mapping):
             raise MosaicInputError(f"{source}: 'provenance' must be an object")
