@@ -8,6 +8,8 @@ import pytest
 
 from mosaic.errors import MosaicInputError
 from mosaic.law import JOINT, RunData, load_run_data
+from mosaic.law.forms import get_form
+from mosaic.law.rundata import check_columns
 
 GOOD = {
     "n_total": [1e9, 4e9, 8e9],
@@ -167,3 +169,14 @@ def test_a_column_named_twice_is_refused_not_read_from_its_first(tmp_path):
     fine.write_bytes("\ufeffn_total,tokens,loss,,\n1e9,2e10,2.5,,\n2e9,4e10,2.3,,\n"
                      .encode("utf-8"))
     assert load_run_data(fine).n_total.tolist() == [1e9, 2e9]
+
+
+@pytest.mark.parametrize("form", ["joint", "per-g"])
+def test_a_dense_table_is_pointed_to_the_dense_form(form):
+    """Epoch's dense table given to the joint form was told "or fit --form per-g", which
+    then refused it for the same missing sparsity: point to chinchilla instead."""
+    with pytest.raises(MosaicInputError) as caught:
+        check_columns(["n_total", "tokens", "loss"], get_form(form), "epoch.csv")
+    message = str(caught.value)
+    assert "--form per-g" not in message, message
+    assert "dense runs fit --form chinchilla" in message, message

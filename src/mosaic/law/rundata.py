@@ -148,8 +148,20 @@ def check_columns(columns: Sequence[str], form: LawForm, source: str) -> None:
     raise MosaicInputError(
         f"{source}: form '{form.name}' needs column(s) {missing}; found {list(columns)}"
         + (f"; rename {', '.join(renames)}" if renames else "")
-        + ("" if "split_factor" not in missing else
-           "; add each run's G = d_ff / d_expert as split_factor, or fit --form per-g"))
+        + _missing_columns_hint(missing))
+
+
+def _missing_columns_hint(missing: Sequence[str]) -> str:
+    """What to do about the missing sparsity and split-factor columns: --form per-g fits runs
+    without a G column, not runs without a sparsity (it was suggested for Epoch's dense
+    table, and then refused it)."""
+    if "n_active or sparsity" in missing:
+        return ("; dense runs fit --form chinchilla; MoE runs need each run's n_active"
+                + (" and its G = d_ff / d_expert as split_factor"
+                   if "split_factor" in missing else ""))
+    if "split_factor" in missing:
+        return "; add each run's G = d_ff / d_expert as split_factor, or fit --form per-g"
+    return ""
 
 
 @dataclass(frozen=True)
