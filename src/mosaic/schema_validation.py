@@ -401,8 +401,10 @@ def parse_json(text: str | bytes, where: str) -> Any:
                                "with two values; JSON readers keep the last silently, so say "
                                "it once") from None
     except json.JSONDecodeError as exc:
-        raise MosaicInputError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})"
-                               ) from None
+        # exc.msg can end in "at" ("Unterminated string starting at"), so the position
+        # follows a colon, as in json's own message ("... at at line 180" read otherwise)
+        raise MosaicInputError(f"{where}: not valid JSON ({exc.msg}: line {exc.lineno}, "
+                               f"column {exc.colno})") from None
     except RecursionError:
         raise MosaicInputError(f"{where}: JSON nested too deeply to read") from None
     except UnicodeDecodeError:

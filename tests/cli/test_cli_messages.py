@@ -211,6 +211,18 @@ def test_json_nested_beyond_the_parser_is_one_line(tmp_path, command):
     assert "JSON nested too deeply to read" in result.output
 
 
+def test_a_truncated_json_file_names_its_position_once(tmp_path):
+    """A law file cut inside a string read "not valid JSON (Unterminated string starting at
+    at line 2)": json's message ends in "at", and the position was appended with "at"."""
+    law = tmp_path / "law.json"
+    law.write_text('{"format": "mosaic-law/1",\n "form": "jo')
+    result = runner.invoke(app, ["law", "predict", "--law", str(law), "--q", "4",
+                                 "--tokens", "1e10"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "not valid JSON (Unterminated string starting at: line 2, column 10)" in text, text
+
+
 def test_an_endless_device_is_refused_before_it_is_read(monkeypatch):
     """perf /dev/zero grew to 24 GB before the kernel killed it (a trial); then reads stopped
     at the input size limit, after 256 MiB (validate /dev/zero: 22 s, 450 MB). A device is
