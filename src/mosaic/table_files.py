@@ -52,8 +52,8 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
             frame = (pd.read_csv(path, encoding="utf-8", index_col=False) if suffix == ".csv"
                      else pd.read_parquet(path))
     except pd.errors.ParserWarning:
-        raise MosaicInputError(f"{what} {path}: a row holds more values than the header has "
-                               "column names") from None
+        raise MosaicInputError(f"{what} {path}: {_long_row(path)} holds more values than the "
+                               "header has column names") from None
     except ImportError:
         raise MosaicInputError(f"{what} {path}: reading Parquet needs `pip install pyarrow`"
                                ) from None
@@ -70,6 +70,22 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
     if len(frame) == 0 and not allow_no_rows:
         raise MosaicInputError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def _long_row(path: Path) -> str:
+    """'row R (V values for N names)' for the first data row (numbered from 1, as the run
+    data's errors number them) with a value past the header's names; 'a row' if none is
+    found. A trailing comma (an empty last value) is harmless, so empty extras do not count.
+    The docs promise the row (docs/law.md, "Run-data files"); pandas' warning names none."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = csv.reader(handle)
+        names = len(next(rows, []))
+        for number, row in enumerate(rows, start=1):
+            if len(row) > names and any(value.strip() for value in row[names:]):
+                return f"row {number} ({len(row)} values for {names} names)"
+    return "a row"
 
 
 def _refuse_repeated_names(path: Path, what: str) -> None:
