@@ -61,7 +61,20 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
         raise MosaicInputError(f"{what} {path}: file is empty") from None
     except UnicodeDecodeError as exc:
         raise MosaicInputError(f"{what} {path}: not UTF-8 text (offset {exc.start})") from None
-    except (pd.errors.ParserError, OSError, ValueError, TypeError) as exc:
+    except pd.errors.ParserError as exc:
+        # the C parser's "Expected 3 fields in line 3, saw 4" counts the header as line 1
+        # (a trial): name the row as the run data's errors number rows, when one is found
+        row = _long_row(path)
+        if row != "a row":
+            raise MosaicInputError(f"{what} {path}: {row} holds more values than the "
+                                   "header has column names") from None
+        row = _long_row(path, empty_extras=True)
+        if row != "a row":
+            raise MosaicInputError(f"{what} {path}: {row} ends in a comma the other rows lack "
+                                   "(an empty value past the header's names)") from None
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MosaicInputError(f"{what} {path}: could not be read: {message}") from None
+    except ( OSError, ValueError, TypeError) as exc:
         # pyarrow's ArrowInvalid is a ValueError
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MosaicInputError(f"{what} {path}: could not be read: {message}") from None
@@ -72,18 +85,21 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
     return frame
 
 
-def _long_row(path: Path) -> str:
+def _long_row(path: Path, empty_extras: bool = False) -> str:
     """'row R (V values for N names)' for the first data row (numbered from 1, as the run
     data's errors number them) with a value past the header's names; 'a row' if none is
-    found. A trailing comma (an empty last value) is harmless, so empty extras do not count.
-    The docs promise the row (docs/law.md, "Run-data files"); pandas' warning names none."""
+    found. A trailing comma (an empty last value) is harmless where pandas only warns, so
+    empty extras count only with ``empty_extras`` (its C parser refuses a row longer than
+    the others). The docs promise the row (docs/law.md, "Run-data files"); pandas names none
+    or counts the header as line 1."""
     import csv
 
     with open(path, encoding="utf-8", newline="") as handle:
         rows = csv.reader(handle)
         names = len(next(rows, []))
         for number, row in enumerate(rows, start=1):
-            if len(row) > names and any(value.strip() for value in row[names:]):
+            if len(row) > names and (empty_extras
+                                     or any(value.strip() for value in row[names:])):
                 return f"row {number} ({len(row)} values for {names} names)"
     return "a row"
 

@@ -167,6 +167,22 @@ def test_a_row_too_long_is_named_by_its_number(tmp_path):
         load_run_data(long)
 
 
+def test_a_later_long_row_is_named_by_its_run_number_not_pandas_line(tmp_path):
+    """A long row after the first, or a trailing comma on some rows only, reached the user as
+    pandas' 'Expected 3 fields in line 3, saw 4', which counts the header as line 1 (a
+    trial): the row is named as the run data's errors number it."""
+    later = tmp_path / "later.csv"
+    later.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n2e9,4e10,2.3\n3e9,4e10,2.3,1,2\n")
+    with pytest.raises(MosaicInputError, match=r"later.csv: row 3 \(5 values for 3 names\) "
+                                               "holds more values than the header"):
+        load_run_data(later)
+    some = tmp_path / "some.csv"
+    some.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n2e9,4e10,2.3,\n")
+    with pytest.raises(MosaicInputError, match=r"some.csv: row 2 \(4 values for 3 names\) "
+                                               "ends in a comma the other rows lack"):
+        load_run_data(some)
+
+
 def test_a_column_named_twice_is_refused_not_read_from_its_first(tmp_path):
     """pandas renames a repeated header name ('n_total' -> 'n_total.1'), so a table with two
     differing n_total columns was fitted on the first, the other ignored; the header is
