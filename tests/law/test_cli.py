@@ -423,7 +423,7 @@ def test_the_prefactor_of_an_unidentified_term_is_labelled_as_its_exponent(tmp_p
                            terminal_width=200)
     assert result.exit_code == 0, result.output
     # the file is written, and the planning commands' refusal said beside it (a review)
-    assert ("warning: the law: `mosaic plan`, `sweep` and `law optimum` will refuse it"
+    assert ("warning: `mosaic plan`, `sweep` and `law optimum` will refuse this law: each trades"
             in " ".join(result.output.split()))
     rows = {line.split("│")[1].strip(): line for line in result.output.splitlines()
             if line.startswith("│")}

@@ -539,8 +539,8 @@ def warn_if_unplannable(law: ScalingLaw, payload: dict[str, Any]) -> None:
     the law (:func:`mosaic.law.law.require_identified`): a review found a fit that wrote, with
     exit 0, a law every planning command then refused."""
     try:
-        require_identified(law, "the law", "`mosaic plan`, `sweep` and `law optimum` "
-                           "will refuse it: each")
+        require_identified(law, "`mosaic plan`, `sweep` and `law optimum` will refuse this "
+                           "law", "each")
     except MosaicInputError as exc:
         payload["warning"] = str(exc)
         _warn(str(exc))
