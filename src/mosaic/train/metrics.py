@@ -26,6 +26,7 @@ from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import Device, shipped_catalog
 from mosaic.hardware.catalog import device_for_reported_name
 from mosaic.hardware.device import MFU_PEAK_DTYPE
+from mosaic.io_atomic import write_text_atomic
 
 
 def achievable_from_bench(bench_dir: str | Path, dtype: str) -> float:
@@ -149,7 +150,8 @@ class MetricsLog:
             warnings.warn(f"{path}: line(s) {', '.join(map(str, damaged[:5]))} are not metric "
                           "records (a write cut short?); dropped, the checkpoint is what the "
                           "run resumes from", MosaicWarning, stacklevel=2)
-        path.write_text("".join(line + "\n" for line in kept))
+        # atomically: a crash while rewriting must not lose the metrics logged before it
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:
         if self.enabled:
