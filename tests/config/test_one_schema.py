@@ -509,6 +509,21 @@ def test_a_set_value_starting_with_a_yaml_alias_sign_is_text():
     assert field_value("stack_version", "25.10", "--set") == "25.10"
 
 
+@pytest.mark.parametrize(("override", "words"), [
+    ("hardware.system=0", "unknown system '0': known systems are"),
+    ("hardware.system=1e3", "unknown system '1e3': known systems are"),
+    ("performance.stack=true", "stack 'true': unknown; known stacks"),
+    ("parallelism.dispatcher=7", "'7' is not a known dispatcher"),
+])
+def test_a_number_set_into_a_text_field_is_the_text_typed(override, words):
+    """`--set hardware.system=0` (and the studio's node type 0 or 1e3) read as the YAML
+    number and answered "Input should be a valid string (got 1000.0)": a text field takes
+    the text typed, so the message names the value as typed and the known names."""
+    with pytest.raises(MosaicInputError) as caught:
+        load_job(EXAMPLES / "appendix_e.yaml", [override])
+    assert words in str(caught.value) and "valid string" not in str(caught.value)
+
+
 def test_the_set_a_message_names_most_fully_is_blamed():
     """A fuzz trial: 'top_groups (65) must lie in 1..groups (64)' was blamed on
     '--set ...groups=64'; and a layout perf refuses named neither file nor --set."""

@@ -84,6 +84,11 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
     ("parallelism.ep", "5", "ep=5 must divide experts=96"),
     ("parallelism.sharding", "zero9", "sharding"),
     ("hardware.system", "no-such-node", "unknown system"),
+    # a number typed into a text field is the text typed (it answered "Input should be a
+    # valid string (got 1000.0)", naming no node type)
+    ("hardware.system", "0", "unknown system '0': known systems are"),
+    ("hardware.system", "1e3", "unknown system '1e3': known systems are"),
+    ("performance.stack", "1e3", "stack '1e3': unknown; known stacks"),
     ("ladder.q", "0", "1..819"),
     ("ladder.split_factor", "7", "divisor of d_ff"),
 ])

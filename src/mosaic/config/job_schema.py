@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -417,17 +417,41 @@ def canonical_job_document(document: dict[str, Any], where: str,
     return {block: result[block] for block in KNOWN_BLOCKS if block in result}
 
 
-def field_value(field: str, text: str, where: str) -> Any:
+def field_value(field: str | tuple[str, ...], text: str, where: str) -> Any:
     """A field's value typed as text (``--set``, a studio form) as the YAML scalar it reads
     as, except a release, kept as typed: 25.10 would read as the number 25.1, and text
     starting with ``*`` or ``&``, which YAML reads as an alias or anchor, never a value of
     one field: a hybrid pattern such as ``*E*E`` (``*`` is attention) was refused as
-    malformed YAML (a fuzz trial)."""
-    if field == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, text.strip()):
+    malformed YAML (a fuzz trial). ``field`` is the field's name or its path in the job
+    document (``("hardware", "system")``); with a path, a number (or true, a date) typed
+    into a text field is the text typed: the studio's node type ``0`` or ``1e3`` answered
+    "Input should be a valid string (got 1000.0)", not "unknown system '1e3'" (a trial)."""
+    path = (field,) if isinstance(field, str) else tuple(field)
+    if path[-1] == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, text.strip()):
         return text.strip()
     if text.strip().startswith(("*", "&")):
         return text.strip()
-    return parse_yaml(text, where)
+    value = parse_yaml(text, where)
+    if value is not None and not isinstance(value, str | dict | list) and _is_text_field(path):
+        return text.strip()
+    return value
+
+
+def _is_text_field(path: tuple[str, ...]) -> bool:
+    """Whether the job-document field at ``path`` (block, [sub-block, ...] field) holds text
+    (a name, a path), by the block schema's annotation; False for a path it does not know."""
+    schema: Any = _JOB_BLOCKS.get(path[0])
+    for depth, name in enumerate(path[1:], start=2):
+        fields = getattr(schema, "model_fields", {})
+        if name not in fields:
+            return False
+        kinds = [kind for kind in (get_args(fields[name].annotation) or
+                                   (fields[name].annotation,)) if kind is not type(None)]
+        if depth == len(path):
+            return bool(kinds) and all(kind in (str, Path) for kind in kinds)
+        schema = next((kind for kind in kinds if isinstance(kind, type)
+                       and issubclass(kind, BaseModel)), None)
+    return False
 
 
 def apply_overrides(document: dict[str, Any], overrides: list[str],
@@ -454,7 +478,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
             continue  # a paper field that is not modelled
         if path[0] not in known:
             raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
-        value = field_value(path[-1], raw, f"--set {item!r}")
+        value = field_value(path, raw, f"--set {item!r}")
         node = result
         for name in path[:-1]:
             child = node.get(name)

@@ -155,7 +155,7 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
             text = str(value).strip()
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
                 try:
-                    value = field_value(field, text, key)
+                    value = field_value((block, field), text, key)
                 except MosaicInputError as exc:  # beside its field, not above the form
                     raise FormError({key: str(exc)}) from None
                 document.setdefault(block, {})[field] = value
@@ -381,7 +381,7 @@ def _typed(document: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for block, fields in document.items():
         if isinstance(fields, dict):
-            out[block] = {k: (field_value(k, v, WHERE) if isinstance(v, str) else v)
+            out[block] = {k: (field_value((block, k), v, WHERE) if isinstance(v, str) else v)
                           for k, v in fields.items() if v is not None}
         else:
             out[block] = fields
