@@ -170,6 +170,21 @@ def test_unknown_names_point_to_a_command_that_exists():
     assert "unknown device or system 'nope'; `mosaic hardware list`" in missing.output
 
 
+@pytest.mark.parametrize(("command", "typed", "meant"), [
+    (["hardware", "show"], "H1OO", "'H100'"),  # letter O for zero
+    (["hardware", "show"], "Hl00", "'H100'"),  # letter l for one
+    (["hardware", "show"], "MI3OOX", "'MI300X'"),
+    (["perf", str(JOB), "--set"], "hardware.system=DGX-H1OO", "'DGX-H100'"),
+])
+def test_letters_typed_for_digits_get_a_suggestion(command, typed, meant):
+    """'H1OO' (letter O) got no "did you mean" where 'DGX-H10' got one (a trial): its
+    difflib ratio to 'h100' was 0.5, under the 0.6 cutoff. Both the show command and the
+    catalog lookup suggest through one function (catalog.close_names)."""
+    result = runner.invoke(app, [*command, typed])
+    assert result.exit_code == 2
+    assert f"did you mean {meant}" in result.output
+
+
 def test_tables_are_not_cut_when_redirected():
     """Off a terminal rich assumed 80 columns and cut names and numbers with '…'."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

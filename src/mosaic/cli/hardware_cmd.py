@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Catalog, Device, System, shipped_catalog
+from mosaic.hardware.catalog import close_names
 from mosaic.units import GIB
 
 hardware_app = typer.Typer(
@@ -156,11 +156,7 @@ def show_command(
             continue
         found.append({"kind": kind} | make(entry, _origin(entry, dict(pool))))
     if not found:
-        names = {n.casefold(): n for entry in (*active.devices.values(),
-                                                *active.systems.values())
-                 for n in (entry.name, *entry.aliases)}
-        close = [names[key] for key in difflib.get_close_matches(
-            name.casefold(), list(names), n=3, cutoff=0.6)]
+        close = close_names(name, (*active.devices.values(), *active.systems.values()))
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         raise MosaicInputError(
             f"unknown device or system {name!r}{hint}; `mosaic hardware list` shows the "

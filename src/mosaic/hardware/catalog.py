@@ -96,15 +96,33 @@ def _names(entry: Device | System, name: str) -> bool:
     return name_key(name) in {name_key(n) for n in (entry.name, *entry.aliases)}
 
 
+# Letters typed for the digits they look like (H1OO for H100, Hl00): read as those digits
+# when names are compared for a suggestion, not when they are looked up
+_LOOK_ALIKE = str.maketrans({"o": "0", "i": "1", "l": "1"})
+
+
+def close_names(name: str, entries: Iterable[Device | System], canonical: bool = False,
+                count: int = 3) -> list[str]:
+    """The names or aliases of ``entries`` closest to ``name`` (at most ``count``, closest
+    first; with ``canonical``, each entry's own name once): difflib's ratio of at least 0.6
+    between lookup keys, with O, I and l read as 0 and 1 ('H1OO' had no suggestion, its
+    ratio to 'h100' was 0.5; a trial)."""
+    spelled: dict[str, str] = {}
+    for entry in entries:
+        for alias in (entry.name, *entry.aliases):
+            spelled.setdefault(name_key(alias).translate(_LOOK_ALIKE),
+                               entry.name if canonical else alias)
+    keys = difflib.get_close_matches(name_key(name).translate(_LOOK_ALIKE), list(spelled),
+                                     n=len(spelled), cutoff=0.6)
+    return list(dict.fromkeys(spelled[key] for key in keys))[:count]
+
+
 def _lookup(kind: str, name: str, entries: Mapping[str, _Entry], hint: str = "") -> _Entry:
     for entry in entries.values():
         if _names(entry, name):
             return entry
     if not hint:  # the closest names or aliases, as in stacks.get_stack
-        spelled = {name_key(n): entry.name for entry in entries.values()
-                   for n in (entry.name, *entry.aliases)}
-        close = dict.fromkeys(spelled[k] for k in difflib.get_close_matches(
-            name_key(name), list(spelled), n=3, cutoff=0.6))
+        close = close_names(name, entries.values(), canonical=True)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     hint = f" ({hint})" if hint else ""
     raise MosaicInputError(f"unknown {kind} {name!r}{hint}: known {kind}s are "
