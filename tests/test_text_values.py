@@ -42,3 +42,11 @@ def test_calibrate_fit_and_layout_sharding_lists_refuse_a_gap():
     with pytest.raises(MosaicInputError, match=r"--sharding 'zero1,,fsdp' has an empty"):
         layout_limits(sharding="zero1,,fsdp")
     assert layout_limits(sharding="zero1,fsdp").sharding is not None
+
+
+@pytest.mark.parametrize("parse", [parse_ints, parse_floats])
+def test_a_long_value_is_named_by_its_start_and_length(parse):
+    """A 5,000-character value was echoed whole in the one-line error (a trial)."""
+    with pytest.raises(MosaicInputError) as refused:
+        parse("--q", "x" * 5000)
+    assert "(5,000 characters)" in str(refused.value) and len(str(refused.value)) < 200

@@ -14,6 +14,21 @@ class InvalidLayoutError(MosaicInputError):
     layout' and names the rule (callers add the file and the ``--set`` that made it)."""
 
 
+SHOWN_CHARS = 60  # of a value a message echoes (a line stays readable on a terminal)
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """How a message echoes a value the user gave: its repr, and for a longer one its first
+    ``limit`` characters and its length (`mosaic hardware show` printed a 5,000-character
+    name back whole, the studio a 200,000-character field: a trial)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    return text[:limit - 3] + "..."
+
+
 def install_hint(extra: str) -> str:
     """How to install an optional extra, quoted for every shell: from the mosaic checkout
     (the name 'mosaic' on PyPI is another project)."""

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError, model_validator
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.yaml_errors import describe_yaml_error
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
@@ -159,7 +159,7 @@ def describe_validation_error(exc: ValidationError, where: str,
     if first["type"] == "extra_forbidden":
         message = "unknown field"
     got = first.get("input")
-    detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
+    detail = "" if first["type"] == "missing" else f" (got {shown(got)})"
     if (first["type"].startswith("int_") and isinstance(got, float) and math.isfinite(got)
             and got.is_integer() and abs(got) < 2**53):
         # 1e9: a whole number in float notation (a trial); not 1e30, whose integer is a
@@ -458,17 +458,12 @@ def check_document_shape(data: Any, where: str, depth: int = 0,
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise MosaicInputError(
-                        f"{where}: {path or '(top level)'}: key {_shown(key)} is a "
+                        f"{where}: {path or '(top level)'}: key {shown(key)} is a "
                         f"{type(key).__name__}; field names must be strings")
                 stack.append((item, f"{path}.{key}" if path else key, depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
     return visited
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def path_exists(path: str | Path) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 
 def _csv(option: str, text: str) -> list[str]:
@@ -14,7 +14,7 @@ def _csv(option: str, text: str) -> list[str]:
     refused, a trailing comma harmless."""
     parts = [part.strip() for part in text.split(",")]
     if any(not part for part in parts[:-1]) and any(parts):
-        raise MosaicInputError(f"{option} {text!r} has an empty value between commas; "
+        raise MosaicInputError(f"{option} {shown(text)} has an empty value between commas; "
                                "list each value once, separated by commas")
     return [part for part in parts if part]
 
@@ -28,7 +28,7 @@ def parse_names(option: str, text: str, allowed: Sequence[str] | None = None
         raise MosaicInputError(f"{option} is empty; give at least one name")
     unknown = [name for name in names if allowed is not None and name not in allowed]
     if unknown:
-        raise MosaicInputError(f"{option} {text!r}: unknown {', '.join(unknown)}; allowed: "
+        raise MosaicInputError(f"{option} {shown(text)}: unknown {', '.join(unknown)}; allowed: "
                                f"{', '.join(allowed or ())}")
     return names
 
@@ -38,13 +38,13 @@ def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
     try:
         values = tuple(kind(part) for part in parts)
     except ValueError:
-        raise MosaicInputError(f"{option} must be comma-separated {what}, got {text!r}"
+        raise MosaicInputError(f"{option} must be comma-separated {what}, got {shown(text)}"
                                ) from None
     if not values:
         raise MosaicInputError(f"{option} is empty; give at least one value")
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:  # a sweep point or grid axis value twice would be searched twice
-        raise MosaicInputError(f"{option} {text!r}: {', '.join(f'{v:g}' for v in repeated)} "
+        raise MosaicInputError(f"{option} {shown(text)}: {', '.join(f'{v:g}' for v in repeated)} "
                                "given more than once; list each value once")
     return values
 
@@ -62,7 +62,7 @@ def parse_count(option: str, text: str) -> float:
         value = float(body) * scale
     except ValueError:
         raise MosaicInputError(f"{option} must be a count such as 235B, 1.5T or "
-                               f"3e10, got {text!r}") from None
+                               f"3e10, got {shown(text)}") from None
     return value
 
 

@@ -185,6 +185,20 @@ def test_letters_typed_for_digits_get_a_suggestion(command, typed, meant):
     assert f"did you mean {meant}" in result.output
 
 
+@pytest.mark.parametrize(("command", "prefix"), [
+    (["hardware", "show"], ""), (["stacks", "show"], ""),
+    (["perf", str(JOB), "--set"], "hardware.system="),
+    (["perf", str(JOB), "--set"], "performance.stack="),
+    (["perf", str(JOB), "--set"], "parallelism.dispatcher="),
+])
+def test_a_long_value_is_not_echoed_whole(command, prefix):
+    """`mosaic hardware show` with a 5,000-character name printed all of it back (a trial):
+    a message shows the start of a long value and its length (errors.shown)."""
+    result = runner.invoke(app, [*command, prefix + "x" * 5000])
+    assert result.exit_code == 2
+    assert "(5,000 characters)" in result.output and len(result.output) < 1000
+
+
 def test_tables_are_not_cut_when_redirected():
     """Off a terminal rich assumed 80 columns and cut names and numbers with '…'."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

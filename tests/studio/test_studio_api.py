@@ -99,6 +99,17 @@ def test_errors_name_the_field(studio, field, value, words):
     assert words in body["errors"][field]
 
 
+@pytest.mark.parametrize("field", ["hardware.system", "performance.stack", "ladder.q",
+                                   "parallelism.dispatcher"])
+def test_a_long_field_value_is_not_echoed_whole(studio, field):
+    """A 200,000-character node type came back whole in the 422 message (a trial): the
+    message shows its start and its length."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: "x" * 200_000}})
+    assert status == 422 and list(body["errors"]) == [field], body.get("errors", {}).keys()
+    assert "(200,000 characters)" in body["errors"][field]
+    assert len(body["errors"][field]) < 1000
+
+
 def test_a_rule_on_two_fields_is_shown_beside_both(studio):
     """dp·micro_batch must divide the batch: the node count sets dp, so the rule belongs to
     the nodes field as much as to the micro-batch (a trial's 100,000 nodes were blamed on

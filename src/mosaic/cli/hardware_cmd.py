@@ -9,7 +9,7 @@ import typer
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.hardware import Catalog, Device, System, shipped_catalog
 from mosaic.hardware.catalog import close_names
 from mosaic.units import GIB
@@ -159,7 +159,7 @@ def show_command(
         close = close_names(name, (*active.devices.values(), *active.systems.values()))
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         raise MosaicInputError(
-            f"unknown device or system {name!r}{hint}; `mosaic hardware list` shows the "
+            f"unknown device or system {shown(name)}{hint}; `mosaic hardware list` shows the "
             f"catalog")
     if json_output:
         print_json(found[0] if len(found) == 1 else {"matches": found})

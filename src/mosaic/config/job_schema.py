@@ -61,7 +61,7 @@ from mosaic.config.spelling import (
     canonical_path,
     warn_deprecated,
 )
-from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.errors import SHOWN_CHARS, MosaicInputError, MosaicWarning, shown
 from mosaic.hardware import get_device, get_system
 from mosaic.hardware.catalog import device_for_reported_name
 from mosaic.hardware.default_systems import resolve_system
@@ -1343,6 +1343,9 @@ def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInput
     scores = [(_override_rank(override.split("=", 1)[0].strip(), message), override)
               for override in overrides]
     (depth, _), override = max(scores, key=lambda pair: pair[0], default=((0, 0), ""))
+    if len(override) > SHOWN_CHARS:  # a long value is not echoed whole (errors.shown)
+        field, _, value = override.partition("=")
+        override = f"{field}={shown(value)}"
     return type(error)(f"{message} (from --set {override})") if depth else error
 
 

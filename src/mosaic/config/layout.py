@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mosaic.config.blocks import BatchBlock, ParallelismBlock
 from mosaic.config.convert import MTP_LAYERS_FIELD, drop_unstated_note
 from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import AttentionKernel, gpu_generation
 from mosaic.perf.constraints import stated_dispatcher_refused
@@ -87,7 +87,7 @@ def dispatcher_from_name(name: str | None) -> Dispatcher:
         if dispatcher.value in stated:
             return dispatcher
     allowed = ", ".join(d.value for d in Dispatcher)
-    raise MosaicInputError(f"parallelism.dispatcher: {name!r} is not a known dispatcher; "
+    raise MosaicInputError(f"parallelism.dispatcher: {shown(name)} is not a known dispatcher; "
                            f"allowed: {allowed} (or a name containing one), or flex")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
-from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.errors import MosaicInputError, MosaicWarning, shown
 from mosaic.hardware.device import Device
 from mosaic.hardware.schema import CatalogFile, DeviceEntry, SystemEntry, read_catalog_file
 from mosaic.hardware.system import System, parse_host_size_variant, with_gpus_per_node
@@ -125,7 +125,7 @@ def _lookup(kind: str, name: str, entries: Mapping[str, _Entry], hint: str = "")
         close = close_names(name, entries.values(), canonical=True)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     hint = f" ({hint})" if hint else ""
-    raise MosaicInputError(f"unknown {kind} {name!r}{hint}: known {kind}s are "
+    raise MosaicInputError(f"unknown {kind} {shown(name)}{hint}: known {kind}s are "
                            f"{', '.join(entries)} "
                            f"(details: `mosaic hardware list`; add your own with --catalog FILE, "
                            f"docs/hardware.md)")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.schema_validation import validate_mapping
 
 OTHER_STACK = "other"
@@ -437,7 +437,7 @@ def get_stack(name: str) -> StackTraits:
     if key not in stacks:
         close = difflib.get_close_matches(key, list(stacks), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise MosaicInputError(f"stack {name!r}: unknown{hint}; known stacks: "
+        raise MosaicInputError(f"stack {shown(name)}: unknown{hint}; known stacks: "
                                f"{', '.join(stacks)}")
     return stacks[key]
 

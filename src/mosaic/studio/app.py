@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.export.targets import TARGETS
 from mosaic.schema_validation import parse_json
 from mosaic.studio.jobs import (
@@ -499,8 +499,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         # validation JSON, a trial); ASCII digits, few enough for int() (5,000 digits passed
         # str.isdigit and int() raised past Python's 4,300-digit limit: an internal error)
         if not (job_id.isascii() and job_id.isdigit()) or len(job_id) > MAX_REPORT_DIGITS:
-            shown = job_id if len(job_id) <= 40 else job_id[:40] + "..."
-            return PlainTextResponse(f"no report {shown!r}: reports are numbered by plan, "
+            return PlainTextResponse(f"no report {shown(job_id)}: reports are numbered by plan, "
                                      "e.g. /report/1", status_code=404)
         html = runner.report(int(job_id))
         if html is None:

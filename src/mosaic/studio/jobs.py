@@ -27,7 +27,7 @@ from mosaic.config.job_schema import (
     field_value,
     job_from_document,
 )
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.job import JobPrediction, check_job_layout, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
 from mosaic.schema_validation import int_from_text, parse_json
@@ -75,7 +75,7 @@ def _int(form: dict[str, str], key: str) -> int:
         return int_from_text(text)  # '9_6' is not 96 (Python's int() says it is)
     except ValueError:
         # an empty or left-out field is missing, not a bad integer '' (a trial)
-        raise FormError({key: f"must be an integer, got {text!r}" if text
+        raise FormError({key: f"must be an integer, got {shown(text)}" if text
                          else "give an integer (the field is empty or missing)"}) from None
 
 

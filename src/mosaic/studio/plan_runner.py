@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.plan.batch import (
     DEFAULT_RULE,
     BatchRule,
@@ -168,7 +168,8 @@ def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
         try:  # the YAML inputs' rule: '3_2' is not 32
             values[name] = int_from_text(text) if kind is int else float_from_text(text)
         except ValueError:
-            errors[key] = f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+            kind_words = "an integer" if kind is int else "a number"
+            errors[key] = f"must be {kind_words}, got {shown(text)}"
     if errors:
         raise FormError(errors)
     return values
