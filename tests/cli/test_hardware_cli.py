@@ -160,6 +160,20 @@ def test_a_catalog_file_the_environment_names_says_so_in_its_error(tmp_path):
     assert runner.invoke(app, ["hardware", "list"]).exit_code == 0  # the next run: shipped
 
 
+def test_a_plan_json_named_by_mosaic_catalog_is_said_to_be_one(tmp_path):
+    """MOSAIC_CATALOG set to a plan's JSON printed one long line of "Extra inputs are not
+    permitted", once for each of its keys (a trial)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"envelope": {"nodes": 4}, "search_space": {},
+                                "candidates": [], "optimum": {}, "counts": {}}))
+    result = runner.invoke(app, ["hardware", "list"], env={"MOSAIC_CATALOG": str(plan)})
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Extra inputs" not in lines[0], lines
+    assert "the file that `mosaic plan --json` writes, not a hardware catalog" in lines[0]
+    assert "named by the MOSAIC_CATALOG environment variable" in lines[0]
+
+
 def test_unknown_names_point_to_a_command_that_exists():
     result = runner.invoke(app, ["perf", str(JOB), "--set", "hardware.system=nope"])
     assert result.exit_code == 2

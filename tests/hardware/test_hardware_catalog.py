@@ -522,6 +522,11 @@ def test_a_node_total_typed_as_one_nic_names_the_field_and_both_causes(tmp_path:
                                       "a hardware catalog"),
     ("model: {layers: 2}\nbatch: {global_seqs: 8}\n", "a job file (perf, layouts and explain "
                                                       "read it), not a hardware catalog"),
+    # a plan's JSON answered "Extra inputs are not permitted" once for each key (a trial)
+    ('{"envelope": {}, "search_space": {}, "candidates": [], "optimum": {}}',
+     "the file that `mosaic plan --json` writes, not a hardware catalog"),
+    ('{"step_time_s": 1.0, "breakdown_s": {}, "memory_breakdown_bytes": {}}',
+     "the file that `mosaic perf --json` writes, not a hardware catalog"),
 ])
 def test_another_input_given_as_a_catalog_is_named(tmp_path: Path, text: str, words: str) -> None:
     """A run-record file given as --catalog said "field 'schema_version': Extra inputs are

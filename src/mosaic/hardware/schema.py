@@ -23,6 +23,7 @@ from pydantic import (
 
 from mosaic.errors import MosaicInputError
 from mosaic.limits import LIMITS, shown_number
+from mosaic.output_kinds import output_command
 from mosaic.schema_validation import parse_yaml, read_text
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
@@ -224,8 +225,12 @@ def read_catalog_file(path: Path) -> CatalogFile:
             f"{path}: a hardware catalog file must be a mapping with 'devices:' and/or "
             f"'systems:' lists, got {type(raw).__name__}"
         )
-    if "runs" in raw or "model" in raw:  # another input given as --catalog (a trial)
-        kind = ("a run-record file (validate and calibrate read it)" if "runs" in raw
+    written_by = output_command(raw)
+    if written_by or "runs" in raw or "model" in raw:  # another file given as a catalog
+        # (trials: a job file; a plan's JSON answered "Extra inputs are not permitted" once
+        # for each of its keys)
+        kind = (f"the file that `mosaic {written_by}` writes" if written_by
+                else "a run-record file (validate and calibrate read it)" if "runs" in raw
                 else "a job file (perf, layouts and explain read it)")
         raise MosaicInputError(f"{path}: {kind}, not a hardware catalog, which holds "
                                "'devices:' and/or 'systems:' lists (docs/hardware.md)")

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind, with_current_keys
 from mosaic.errors import MosaicInputError, require_extra
 from mosaic.io_atomic import write_text_atomic
+from mosaic.output_kinds import RESULT_SIGNATURES, result_kind, with_current_keys
 from mosaic.report.html.traced import Trail, missing_field, plain_types, traced
 
 KINDS = tuple(RESULT_SIGNATURES)
