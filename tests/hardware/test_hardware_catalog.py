@@ -535,6 +535,22 @@ def test_another_input_given_as_a_catalog_is_named(tmp_path: Path, text: str, wo
         load_catalog(_write(tmp_path, text), override=True)
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ("devices: [1]\n", "device (entry 1): field '(whole entry)': each device must be a "
+                       "mapping of fields (name, vendor, peak_flops_per_s, ...; "
+                       "docs/hardware.md) (got 1)"),
+    ("systems:\n  - [x]\n", "each system must be a mapping of fields (name, device, "
+                            "gpus_per_node, ...; docs/hardware.md) (got a list)"),
+])
+def test_an_entry_that_is_no_mapping_is_said_without_pydantic_class_names(
+        tmp_path: Path, text: str, words: str) -> None:
+    """`devices: [1]` answered "Input should be a valid dictionary or instance of
+    DeviceEntry (got 1)", naming a class of the code (a trial)."""
+    with pytest.raises(MosaicInputError, match=re.escape(words)) as refused:
+        load_catalog(_write(tmp_path, text), override=True)
+    assert "Entry" not in str(refused.value)
+
+
 def test_the_docs_python_examples_run_on_the_docs_catalog_file(tmp_path: Path,
                                                                monkeypatch) -> None:
     """docs/hardware.md's Python blocks run as written against its my_hardware.yaml (the

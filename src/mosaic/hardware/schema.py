@@ -264,6 +264,16 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
     # a bare number where {value, source} belongs
     if error["type"] == "model_type" and ("Sourced" in message or "PhysicalValue" in message):
         message = "every number is written {value: NUMBER, source: \"where it comes from\"}"
+    elif error["type"] == "model_type":  # pydantic's words name its class: "Input should be a
+        # valid dictionary or instance of DeviceEntry (got 1)" (a trial)
+        if field == "(whole entry)":  # a device or system entry
+            fields = [name for name, info in schema.model_fields.items() if info.is_required()]
+            message = (f"each {where.split()[0]} must be a mapping of fields "
+                       f"({', '.join(fields[:3])}, ...; docs/hardware.md)")
+        else:
+            message = "must be a mapping of fields (docs/hardware.md)"
+        if isinstance(error.get("input"), list):
+            message += " (got a list)"
     if error["type"] not in ("missing", "extra_forbidden") and not isinstance(
         error.get("input"), dict | list
     ):
