@@ -143,6 +143,19 @@ def test_a_rule_between_settings_is_shown_beside_the_fields_it_names(studio, cha
     assert "layout: layout" not in next(iter(body["errors"].values()))
 
 
+def test_a_layout_rule_naming_the_sharding_and_the_stack_is_beside_those_fields(studio):
+    """nemo-automodel runs zero1 only with pp = ep = 1: the refusal ('sharding zero1 with
+    pp=8, ep=8: nemo-automodel runs ...') was shown beside pp and ep alone, though changing
+    the sharding or the stack is as much the fix (a trial)."""
+    form = {**DEFAULT_FORM, "performance.stack": "nemo-automodel"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422, body
+    assert list(body["errors"]) == ["parallelism.sharding", "parallelism.pp",
+                                    "parallelism.ep", "performance.stack"], body["errors"]
+    assert len(set(body["errors"].values())) == 1
+    assert "invalid parallel layout: sharding zero1" in body["errors"]["performance.stack"]
+
+
 def test_messages_in_the_pages_words(studio):
     """The export target and a missing editor are said without the CLI's --to or the
     internal '_general' key; a left-out ladder field is missing, not "got ''" (a trial)."""
@@ -1453,9 +1466,9 @@ def test_the_plan_form_takes_the_jobs_optimizer():
     ({"parallelism.ep": "1", "parallelism.dispatcher": "deepep"},
      ["parallelism.etp", "parallelism.ep"], "etp·ep=1·1 with the deepep dispatcher"),
     # NeMo AutoModel keeps routed experts EP-owned: its one etp is named as a degree, not as
-    # Python's tuple 'etp in (1,)' (a review)
+    # Python's tuple 'etp in (1,)' (a review); beside the stack too, which it names
     ({"performance.stack": "nemo-automodel", "parallelism.sharding": "fsdp",
-      "parallelism.etp": "2"}, ["parallelism.etp"],
+      "parallelism.etp": "2"}, ["parallelism.etp", "performance.stack"],
      "etp: stack 'nemo-automodel' offers only etp 1"),
 ])
 def test_a_stack_refusal_is_shown_beside_its_fields(studio, changes, fields, words):

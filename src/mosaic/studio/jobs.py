@@ -31,7 +31,7 @@ from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.job import JobPrediction, check_job_layout, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
 from mosaic.schema_validation import int_from_text, parse_json
-from mosaic.stacks import DEFAULT_STACK
+from mosaic.stacks import DEFAULT_STACK, known_stacks
 
 WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
@@ -187,8 +187,14 @@ _FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+(?:·\w+)*)")
 _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known ..."
 # (sequence_parallel: a rule refusing it names the degrees it is refused with, and the
 # page's switch is the field to change; a review found it beside tp and ep alone)
+# A layout rule naming the sharding or the stack ("sharding zero1 with pp=8, ep=8:
+# nemo-automodel runs none, zero1, zero2 only with pp = ep = 1") is beside those fields too,
+# not only the degrees (a trial); a stack by its registry name, as a whole word (not the
+# fallback stack 'other', a word of many messages)
+_NAMED_STACKS = tuple(name for name in known_stacks() if name != "other")
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
-                                       "sequence_parallel")) + r")\b")
+                                       "sequence_parallel", "sharding",
+                                       *map(re.escape, _NAMED_STACKS))) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 
@@ -281,6 +287,8 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
     what the node count leaves (a trial's 100,000 nodes were blamed on the micro-batch)."""
     if axis == "micro_batch":
         return "batch.micro_seqs"
+    if axis in _NAMED_STACKS:
+        return "performance.stack"
     if axis == "dp" and "parallelism.dp" not in form_keys and "hardware.nodes" in form_keys:
         return "hardware.nodes"
     return f"parallelism.{axis}"
