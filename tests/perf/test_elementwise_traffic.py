@@ -247,3 +247,78 @@ def test_an_unknown_eager_era_is_refused_naming_the_known_ones():
     run = f"{EXTRA}#tt165-llama2-7b-h100-8-fsdp2-eager-ac"
     with pytest.raises(MosaicInputError, match=r"eager_fp32_norm.*eager_fused_rmsnorm"):
         load_job_spec(Path(run), ["eager_kernels=eager_fp32"])
+
+
+# QK-norm (docs/evidence/elementwise_fusion.md): bytes per normalised q/k element, forward +
+# backward, summed from each implementation's kernels.
+QK_NORM_BY_HAND = {
+    ElementwiseKernels.TE_FUSED: 4 + 6,  # TE rmsnorm_fwd reads q, writes y; rmsnorm_bwd
+    ElementwiseKernels.INDUCTOR: 0 + 2,  # fused into RoPE; its backward reads q too
+    ElementwiseKernels.XLA: 0 + 2,  # as Inductor
+    ElementwiseKernels.EAGER_FP32_NORM: 36 + 92,  # one eager fp32 RMSNorm's kernels
+    ElementwiseKernels.EAGER_FUSED_RMSNORM: 4 + 6 + 4,  # aten::_fused_rms_norm (+ dweight)
+    ElementwiseKernels.EAGER_NATIVE_NORM: 4 + 6 + 4,  # F.layer_norm (+ dgamma/dbeta)
+}
+
+
+@pytest.fixture(scope="module")
+def qwen3_30b_bridge():
+    """Qwen3-30B-A3B on Megatron-Bridge (d 2048, 32 q / 4 kv heads of 128, QK-norm, 128
+    experts top-8 of 768, no shared expert)."""
+    records = apply_record_settings(load_run_records(EXTRA)).records
+    return next(r for r in records if r.id == "bskills-qwen3-30b-a3b-h100-16-ep16-a2a-nooverlap")
+
+
+def test_qk_norm_block_bytes_by_hand(qwen3_30b_bridge):
+    """Transformer Engine, one Qwen3-30B-A3B block, bytes per token: norms and residuals
+    44 x 2048 = 90,112; RoPE 8 x (32 + 4) x 128 = 36,864; QK-norm 10 x 4,608 = 46,080;
+    SwiGLU 16 x 8 x 768 = 98,304; permute and unpermute (8 + 16) x 8 x 2048 = 393,216:
+    664,576, and 618,496 without the q/k norms."""
+    workload = qwen3_30b_bridge.workload
+    g = workload.geometry
+    assert (g.qk_norm, g.d_model, g.heads, g.kv_heads, g.head_dim) == (True, 2048, 32, 4, 128)
+    assert elementwise_kernels(workload) is ElementwiseKernels.TE_FUSED
+    te = block_traffic(ElementwiseKernels.TE_FUSED)
+    assert block_bytes_per_token(te, workload) == 664_576
+    without = replace(workload, geometry=replace(g, qk_norm=False))
+    assert block_bytes_per_token(te, without) == 618_496
+    # the analytical count has no q/k norm: the multiplier carries the whole term
+    assert (block_bytes_per_token(ANALYTICAL_TRAFFIC, workload)
+            == block_bytes_per_token(ANALYTICAL_TRAFFIC, without))
+    assert elementwise_traffic_multiplier(workload) == pytest.approx(
+        elementwise_traffic_multiplier(without) * 664_576 / 618_496)
+
+
+@pytest.mark.parametrize("kernels", sorted(QK_NORM_BY_HAND))
+def test_qk_norm_bytes_per_implementation(qwen3_30b_bridge, kernels):
+    """Each implementation adds its per-element count times the (32 + 4) x 128 normalised
+    q/k elements, whether the norms span one head (Qwen3) or the projection (OLMoE)."""
+    workload = qwen3_30b_bridge.workload
+    g = workload.geometry
+    without = replace(workload, geometry=replace(g, qk_norm=False))
+    traffic = block_traffic(kernels)
+    added = block_bytes_per_token(traffic, workload) - block_bytes_per_token(traffic, without)
+    assert added == QK_NORM_BY_HAND[kernels] * (32 + 4) * 128
+    projection = replace(workload, geometry=replace(g, qk_norm_span="projection"))
+    assert block_bytes_per_token(traffic, projection) == block_bytes_per_token(traffic, workload)
+
+
+def test_qk_norm_lengthens_the_step_by_its_bytes(qwen3_30b_bridge):
+    """The step's element-wise extra is (multiplier - 1) x the analytical element-wise
+    seconds; the analytical count per block is 30 x 2048 + 18 x 8 x 768 + 393,216 = 565,248
+    B, so the q/k norms' 46,080 B add 46,080 / (618,496 - 565,248) of the extra without
+    them."""
+    calibration = replace(default_calibration(), stack_overhead={})
+    record = qwen3_30b_bridge
+    machine = machine_for(record.cluster, record.workload.precision)
+    without = replace(record.workload, geometry=replace(record.workload.geometry,
+                                                        qk_norm=False))
+    assert block_bytes_per_token(ANALYTICAL_TRAFFIC, without) == 565_248
+    with_norm = predict_step(record.workload, record.plan, machine, calibration)
+    no_norm = predict_step(without, record.plan, machine, calibration)
+    unfused_with = with_norm.analytic_breakdown_s["compute_elementwise_unfused"][0]
+    unfused_without = no_norm.analytic_breakdown_s["compute_elementwise_unfused"][0]
+    assert unfused_without > 0
+    assert unfused_with - unfused_without == pytest.approx(
+        unfused_without * 46_080 / (618_496 - 565_248), rel=1e-9)
+    assert with_norm.step_time_s[0] > no_norm.step_time_s[0]
