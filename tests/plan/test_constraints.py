@@ -123,6 +123,36 @@ def test_plan_with_a_dollar_budget_plans_the_window_it_buys():
     assert document["cost_usd"] == pytest.approx(960)
 
 
+def test_days_and_a_dollar_budget_plan_the_shorter_window_and_say_which_binds():
+    """"21 days, and at most $1M" was refused ('give either --days or --budget-usd'). 960 USD
+    at 2 USD per GPU-hour on 8 GPUs buy 960 / (2 x 8) = 60 hours = 2.5 days."""
+    assert DollarBudget(960, 2, max_days=2).days(8) == 2
+    assert DollarBudget(960, 2, max_days=2).binds(8) == "days"
+    assert DollarBudget(960, 2, max_days=4).days(8) == pytest.approx(2.5)
+    assert DollarBudget(960, 2, max_days=4).binds(8) == "budget"
+    base = [*SMALL[4:], "--nodes", "1", "--price-per-gpu-hour", "2", "--budget-usd", "960"]
+    for days, window, binds in (("2", 2.0, "days"), ("4", 2.5, "budget")):
+        code, out, err = run("plan", *base, "--days", days, "--json")
+        assert code == 0, err
+        envelope = json.loads(out)["envelope"]
+        assert envelope["days"] == pytest.approx(window)
+        assert envelope["dollar_budget"]["binds"] == binds
+        assert envelope["dollar_budget"]["budget_days"] == pytest.approx(2.5)
+    code, out, err = run("plan", *base, "--days", "2")
+    assert code == 0, err
+    assert "--days 2 binds; --budget-usd 960 buys 2.5 days" in out
+    code, out, err = run("plan", *base, "--days", "4")
+    assert "--budget-usd 960 binds; --days 4 is longer" in out
+    # where the days bind, the budget is not what the window costs: 2 days x 8 GPUs x 24 h
+    # x 2 USD = 768 USD (the budget's 960 was printed as the cost)
+    from mosaic.plan import Envelope, resolve_system
+    from mosaic.plan.cost import run_cost
+
+    envelope = Envelope(resolve_system("H100"), n_nodes=1, days=7.0,
+                        dollar_budget=DollarBudget(960, 2, max_days=2))
+    assert envelope.days == 2 and run_cost(envelope, 2).cost_usd == pytest.approx(768)
+
+
 def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():
     # 1,920 USD at 2 USD per GPU-hour: 120 hours on 8 GPUs (5 days), 60 on 16 (2.5 days)
     code, out, err = run("sweep", "nodes", "--values", "1,2", *SMALL[4:], "--budget-usd",
@@ -131,11 +161,12 @@ def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():
     document = json.loads(out)
     assert [p["days"] for p in document["points"]] == pytest.approx([5.0, 2.5])
     assert [p["gpu_hours"] for p in document["points"]] == pytest.approx([960, 960])
-    assert document["envelope"]["dollar_budget"] == {"usd": 1920, "price_usd_per_gpu_hour": 2}
+    assert document["envelope"]["dollar_budget"] == {
+        "usd": 1920, "price_usd_per_gpu_hour": 2, "budget_days": 5.0, "binds": "budget"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--budget-usd", "1000", "--price-per-gpu-hour", "2"], "either --days or --budget-usd"),
+    (["--budget-usd", "1000"], "--budget-usd needs --price-per-gpu-hour"),
     (["--stack", "torchtitan", "--sharding", "zero1"], "offers only none, fsdp, hsdp"),
     (["--max-active-params", "ten"], "--max-active-params must be a count such as 235B"),
     (["--tp", "0"], "--tp"),

@@ -345,9 +345,14 @@ def test_plan_with_a_price_a_budget_and_failures_equals_the_cli(studio):
     # a bad price is a form error before any search (a review: it failed the job after it)
     status, body = studio.call("/api/plan", {"form": {**form, "plan.price_per_gpu_hour": "-3"}})
     assert status == 422 and "price" in str(body["errors"])
-    # days and a budget together are refused, naming the fields, as the CLI refuses them
-    status, body = studio.call("/api/plan", {"form": {**form, "plan.days": "10"}})
-    assert status == 422 and "either days or budget_usd" in str(body["errors"])
+    # days beside a budget: the shorter window, as `mosaic plan --days 5 --budget-usd` (they
+    # were refused together); the budget's 10 days are longer, so the 5 days bind
+    status, body = studio.call("/api/plan", {"form": {**form, "plan.days": "5"}})
+    assert status == 200, body
+    job = wait_plan(studio)
+    assert job["state"] == "done", job
+    status, html = studio.text(job["report_url"])
+    assert "set by --days 5, shorter than the 10 days the budget of 23,040 USD" in html
 
 
 def test_plan_under_constraints_equals_the_cli(studio):

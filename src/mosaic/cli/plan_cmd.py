@@ -207,8 +207,8 @@ UniqueTokens = Annotated[str | None, typer.Option(
     "and count as effective data D' (Muennighoff et al. 2023; docs/plan.md). Default: "
     "every token new.")]
 BudgetUsd = Annotated[float | None, typer.Option(
-    "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
-    "(--price-per-gpu-hour x GPUs).")]
+    "--budget-usd", help="Dollar budget: the window is budget / (--price-per-gpu-hour x "
+    "GPUs), or --days where that is shorter (the output says which binds).")]
 PlanMbs = Annotated[str | None, typer.Option(
     "--mbs", help="Micro-batch sizes the layout search tries (default Table 3's 1,2,4).")]
 
@@ -613,8 +613,9 @@ def sweep_nodes_command(
     days: Annotated[float | None, typer.Option(
         "--days", help="Training window in days (default 30, as Sec. 7.4).")] = None,
     budget_usd: Annotated[float | None, typer.Option(
-        "--budget-usd", help="Dollar budget instead of --days: every node count gets the "
-        "window it buys, budget / (--price-per-gpu-hour x GPUs): an equal-cost sweep.")
+        "--budget-usd", help="Dollar budget: every node count gets the window it buys, "
+        "budget / (--price-per-gpu-hour x GPUs), an equal-cost sweep; with --days, the "
+        "shorter of the two.")
     ] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
         "--price-per-gpu-hour", help="Price of one GPU-hour in USD: adds each point's cost, "

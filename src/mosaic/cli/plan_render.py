@@ -56,7 +56,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
         ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"
                    + ("" if envelope.dollar_budget is None else
-                      f" (--budget-usd {envelope.dollar_budget.usd:,.0f})")),
+                      f" ({envelope.dollar_budget.window_text(envelope.n_devices)})")),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']}"
                            + ("; no failures or restarts assumed: --goodput or "
                               "--mtbf-gpu-hours (Young-Daly) for a real cluster)"

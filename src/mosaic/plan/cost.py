@@ -72,7 +72,8 @@ def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> Run
     price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     hours = envelope.gpu_hours
     budget = envelope.dollar_budget
-    if budget is not None and price == budget.price_usd_per_gpu_hour:
+    if (budget is not None and envelope.window_from_budget
+            and price == budget.price_usd_per_gpu_hour):
         # the window is the budget's: its cost is the budget, not the round trip's
         # 999,999.9999 (a trial)
         return RunCost(hours, price, budget.usd)

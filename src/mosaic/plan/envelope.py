@@ -69,21 +69,41 @@ TABLE3_LAYOUT_LIMITS = LayoutLimits(micro_batches=(1, 2, 4))
 class DollarBudget:
     """A budget in USD at a price per GPU-hour: the window it buys on N GPUs is
     T_train = usd / (price · N_dev) hours, the inverse of the run's cost
-    (:mod:`mosaic.plan.cost`)."""
+    (:mod:`mosaic.plan.cost`). With ``max_days`` (``--days`` given beside the budget, "21
+    days and at most $1M") the window is the smaller of the two; :meth:`binds` says which.
+    """
 
     usd: float
     price_usd_per_gpu_hour: float
+    max_days: float | None = None
 
     def __post_init__(self) -> None:
         for flag, value in (("--budget-usd", self.usd),
-                            ("--price-per-gpu-hour", self.price_usd_per_gpu_hour)):
+                            ("--price-per-gpu-hour", self.price_usd_per_gpu_hour),
+                            *((("--days", self.max_days),) if self.max_days is not None
+                              else ())):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise MosaicInputError(f"{flag} must be a positive number, got {value!r}")
 
+    def budget_days(self, n_devices: int) -> float:
+        """The days the budget alone buys on ``n_devices`` GPUs."""
+        return self.usd / (self.price_usd_per_gpu_hour * n_devices * HOURS_PER_DAY)
+
+    def binds(self, n_devices: int) -> str:
+        """Which limit sets the window on ``n_devices`` GPUs: 'budget', or 'days' where
+        ``max_days`` is the shorter (a tie goes to the budget: it is spent either way)."""
+        if self.max_days is not None and self.max_days < self.budget_days(n_devices):
+            return "days"
+        return "budget"
+
     def days(self, n_devices: int) -> float:
-        """The window the budget buys on ``n_devices`` GPUs; one outside the physical range
-        of a window is an error naming the budget."""
-        days = self.usd / (self.price_usd_per_gpu_hour * n_devices * HOURS_PER_DAY)
+        """The window on ``n_devices`` GPUs: what the budget buys, or ``max_days`` where it
+        is shorter; one outside the physical range of a window is an error naming the
+        budget."""
+        if self.binds(n_devices) == "days":
+            assert self.max_days is not None
+            return float(self.max_days)  # Envelope checks its range as it checks --days
+        days = self.budget_days(n_devices)
         window = LIMITS["days"]
         if not window.low <= days <= window.high:
             raise MosaicInputError(
@@ -92,8 +112,27 @@ class DollarBudget:
                 f"{window.low:g}..{window.high:g} days")
         return days
 
-    def to_dict(self) -> dict[str, float]:
-        return {"usd": self.usd, "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour}
+    def to_dict(self, n_devices: int | None = None) -> dict[str, Any]:
+        """The budget; on ``n_devices`` GPUs also the days it buys and which limit binds."""
+        document: dict[str, Any] = {"usd": self.usd,
+                                    "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour}
+        if self.max_days is not None:
+            document["max_days"] = self.max_days
+        if n_devices is not None:
+            document["budget_days"] = self.budget_days(n_devices)
+            document["binds"] = self.binds(n_devices)
+        return document
+
+    def window_text(self, n_devices: int) -> str:
+        """'--budget-usd 1,000,000 binds (--days 30)' / '--days 21 binds (--budget-usd
+        1,000,000 buys 65.1 days)': which of the two limits set the window."""
+        usd = f"--budget-usd {self.usd:,.0f}"
+        if self.max_days is None:
+            return usd
+        if self.binds(n_devices) == "days":
+            return (f"--days {self.max_days:g} binds; {usd} buys "
+                    f"{self.budget_days(n_devices):.3g} days")
+        return f"{usd} binds; --days {self.max_days:g} is longer"
 
 
 # The recipe settings (mosaic.config.recipes) an envelope carries to every candidate.
@@ -142,7 +181,9 @@ class Envelope:
             quantize.grouped_mm converters; ``Workload.quantised_gemms``).
         dollar_budget: a budget in USD that sets ``days`` for the cluster's GPUs
             (``--budget-usd``), also when the node count changes (a node sweep at equal
-            cost); None when the window is given in days. Giving days drops it.
+            cost); None when the window is given in days. A budget with ``max_days``
+            (``--days`` beside ``--budget-usd``) sets the smaller of the two windows. A
+            window given to :meth:`with_budget` drops it.
         optimizer, optimizer_dtype: the optimizer every candidate trains with and the dtype
             of its parameter copy and moments (``Workload.optimizer``/``optimizer_dtype``:
             they set the optimizer state's memory, perf.memory.parameter_states, and its
@@ -246,6 +287,12 @@ class Envelope:
         return self.n_nodes * self.system.gpus_per_node
 
     @property
+    def window_from_budget(self) -> bool:
+        """The dollar budget sets the window (not a shorter ``--days`` beside it)."""
+        return (self.dollar_budget is not None
+                and self.dollar_budget.binds(self.n_devices) == "budget")
+
+    @property
     def train_s(self) -> float:
         """T_train in seconds."""
         return self.days * SECONDS_PER_DAY
@@ -298,7 +345,7 @@ class Envelope:
             "network": self.system.network_text(),
             "n_devices": self.n_devices,
             "days": self.days,
-            **({"dollar_budget": self.dollar_budget.to_dict()}
+            **({"dollar_budget": self.dollar_budget.to_dict(self.n_devices)}
                if self.dollar_budget is not None else {}),
             "train_s": self.train_s,
             "goodput": self.goodput.describe(self.n_devices),

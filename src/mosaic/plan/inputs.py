@@ -96,17 +96,16 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
 
 def dollar_budget_for(budget_usd: float | None, price_per_gpu_hour: float | None,
                       days: float | None) -> DollarBudget | None:
-    """--budget-usd with its price, instead of --days (the window it buys); None without
-    a budget."""
+    """--budget-usd with its price: the window it buys, or ``days`` where that is shorter
+    (both given: "21 days, and at most $1M"); None without a budget."""
     if budget_usd is None:
         return None
-    if days is not None:
-        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
-                               "not both")
     if price_per_gpu_hour is None:
         raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
                                "GPU-hour turns dollars into a training window)")
-    return DollarBudget(budget_usd, price_per_gpu_hour)
+    if days is not None:  # as typed, before it caps the budget's window
+        check_range("--days", days, "days")
+    return DollarBudget(budget_usd, price_per_gpu_hour, days)
 
 
 def build_inputs(

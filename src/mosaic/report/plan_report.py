@@ -57,6 +57,12 @@ _LEVERS = {
 _DEFAULT_LEVERS = ("add nodes", "add days")
 
 
+def _budget_sets_window(envelope: Any) -> bool:
+    """A dollar budget, not a shorter --days beside it, sets the window: its lever is the
+    budget."""
+    return envelope.dollar_budget is not None and envelope.window_from_budget
+
+
 def _advice(categories: list[str], narrowed_layouts: str = "",
             dollar_budget: bool = False) -> str:
     """The levers of every reason, each once: 'add nodes, add days or lower --tpp'. Under a
@@ -123,7 +129,7 @@ def untrainable_message(result: PlanResult) -> str:
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
     advice = _advice(list(counts), layout_limits_flags(result.throughput.limits.to_dict()),
-                     envelope.dollar_budget is not None)
+                     _budget_sets_window(envelope))
     devices, batch = envelope.n_devices, envelope.global_batch
     if DIVISIBILITY_CATEGORY in counts and batch % devices:
         # dp = every GPU (tp = pp = cp = 1) needs dp·micro_batch | global_batch: the nearest
@@ -159,7 +165,7 @@ def window_untrainable_message(envelope: Any, space: Any, grid: Any, bound: Any)
             f"{bound.tokens[closest]:.3g} tokens, "
             f"{bound.tokens[closest] / needed[closest]:.2g}x the {needed[closest]:.3g} "
             f"(tpp_min·N_act) it needs; "
-            + _advice([WINDOW_CATEGORY], "", envelope.dollar_budget is not None))
+            + _advice([WINDOW_CATEGORY], "", _budget_sets_window(envelope)))
 
 
 # --- JSON documents -------------------------------------------------------------------

@@ -81,8 +81,9 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.optimizer": "adamw", "plan.optimizer_dtype": "fp32",
     # the stack's release recipes, dispatcher and usable memory (empty: the stack's defaults)
     "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
-    # cost and failures: a price adds the cost; a USD budget sets the window instead of days
-    # (days left empty); an MTBF gives Young-Daly goodput instead of the constant one (docs/plan.md)
+    # cost and failures: a price adds the cost; a USD budget sets the window (with days too,
+    # the shorter of the two, as `mosaic plan --days D --budget-usd B`); an MTBF gives
+    # Young-Daly goodput instead of the constant one (docs/plan.md)
     "plan.price_per_gpu_hour": "", "plan.budget_usd": "", "plan.mtbf_gpu_hours": "",
     "plan.checkpoint_s": "", "plan.restart_s": "",
     # constraints (docs/plan.md "Constraints"); empty = none

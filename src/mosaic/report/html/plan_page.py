@@ -270,12 +270,17 @@ def goodput_text(goodput: dict[str, Any]) -> str:
     return f"{shown} ({model})"
 
 
-def _budget_text(budget: dict[str, float] | None) -> str:
-    """Where a dollar budget set the window (`mosaic plan --budget-usd`)."""
+def _budget_text(budget: dict[str, Any] | None) -> str:
+    """Where a dollar budget set the window (`mosaic plan --budget-usd`), or a shorter
+    `--days` beside it did."""
     if not budget:
         return ""
-    return (f" (set by the budget: {budget['usd']:,.0f} USD at "
-            f"{budget['price_usd_per_gpu_hour']:g} USD per GPU-hour)")
+    spent = (f"{budget['usd']:,.0f} USD at {budget['price_usd_per_gpu_hour']:g} USD per "
+             "GPU-hour")
+    if budget.get("binds") == "days":
+        return (f" (set by --days {budget['max_days']:g}, shorter than the "
+                f"{budget['budget_days']:.3g} days the budget of {spent} buys)")
+    return f" (set by the budget: {spent})"
 
 
 def _repeated_data_rows(optimum: dict[str, Any], space: dict[str, Any]

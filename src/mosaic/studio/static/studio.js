@@ -48,7 +48,7 @@
     ["plan.gpu", "GPU (catalog name)", "text"],
     ["plan.system", "node type (empty: the GPU's default)", "text"],
     ["plan.nodes", "nodes", "number"],
-    ["plan.days", "window (days; empty: 20, or set by a USD budget)", "number"],
+    ["plan.days", "window (days; empty: 20, or set by a USD budget; with one, the shorter)", "number"],
     ["plan.goodput", "goodput (empty: 1, or Young-Daly from the MTBF)", "number"],
     // `mosaic plan --global-batch`: N, or searched with the layout under the batch rule
     ["plan.global_batch", "global batch (seqs): N, MIN:MAX or auto (searched)", "text"],
@@ -69,7 +69,7 @@
     ["plan.dispatcher", "EP dispatcher (empty: the stack's)", "text"],
     ["plan.memory_fraction", "usable memory fraction (empty: the stack's)", "number"],
     ["plan.price_per_gpu_hour", "price per GPU-hour, USD (adds the cost)", "number"],
-    ["plan.budget_usd", "budget, USD (sets the window; needs the price)", "number"],
+    ["plan.budget_usd", "budget, USD (sets the window, or days where shorter; needs the price)", "number"],
     ["plan.mtbf_gpu_hours", "MTBF per GPU, hours (Young-Daly)", "number"],
     ["plan.checkpoint_s", "checkpoint write, s (Young-Daly)", "number"],
     ["plan.restart_s", "restart, s (Young-Daly)", "number"],
