@@ -400,3 +400,4 @@ def test_a_sweeps_node_price_note_divides_by_its_own_node_types_gpus(sweep):
     assert result.exit_code == 0, result.output
     said = [str(note.message) for note in notes if "a node's price?" in str(note.message)]
     assert said and all(m.endswith("divided by its 4 GPUs it is 24.5") for m in said)
+    assert len(said) == 1  # once, not again by each point's cost

@@ -153,6 +153,40 @@ def test_days_and_a_dollar_budget_plan_the_shorter_window_and_say_which_binds():
     assert envelope.days == 2 and run_cost(envelope, 2).cost_usd == pytest.approx(768)
 
 
+def test_a_budget_run_that_stops_at_its_tpp_cap_costs_the_days_it_trains(tmp_path):
+    """A trial's budget plan printed its whole 1 M USD for a run that stopped after 5.6 of
+    65.1 days at the tokens-per-parameter cap. 960 USD at 2 USD per GPU-hour on 8 GPUs buy
+    2.5 days; with --q 4 and --tpp 40:41 the optimum's D is capped below D*, so the run
+    trains 2.5 x D / D* days (Eq. 25) and costs 8 GPUs x 24 h x 2 USD for each of them."""
+    args = [*SMALL[6:], "--q", "4", "--price-per-gpu-hour", "2", "--budget-usd", "960",
+            "--tpp", "40:41"]
+    code, out, err = run("plan", *args, "--nodes", "1", "--json", "--html",
+                         str(tmp_path / "plan.html"))
+    assert code == 0, err
+    document = json.loads(out)
+    optimum = document["optimum"]
+    assert optimum["tpp_capped"]
+    days = 2.5 * optimum["tokens"] / optimum["budget_tokens"]
+    assert days < 2.4
+    assert document["gpu_hours"] == pytest.approx(8 * 24 * days)
+    assert document["cost_usd"] == pytest.approx(2 * 8 * 24 * days)
+    assert document["cost_days"] == pytest.approx(days)
+    assert document["window_gpu_hours"] == pytest.approx(480)
+    assert document["window_cost_usd"] == pytest.approx(960)
+    assert document["budget_usd"] == 960
+    cost = f"{2 * 8 * 24 * days:,.0f} at 2 USD per GPU-hour (the {days:.3g} days the run trains"
+    assert cost in (tmp_path / "plan.html").read_text()
+    code, out, err = run("plan", *args, "--nodes", "1")
+    assert code == 0, err
+    assert cost in " ".join(out.replace("│", " ").split())
+    # a sweep point costs its optimum's days the same way
+    code, out, err = run("sweep", "nodes", "--values", "1", *args, "--json")
+    assert code == 0, err
+    point = json.loads(out)["points"][0]
+    assert point["cost_usd"] == pytest.approx(document["cost_usd"])
+    assert point["gpu_hours"] == pytest.approx(document["gpu_hours"])
+
+
 def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():
     # 1,920 USD at 2 USD per GPU-hour: 120 hours on 8 GPUs (5 days), 60 on 16 (2.5 days)
     code, out, err = run("sweep", "nodes", "--values", "1,2", *SMALL[4:], "--budget-usd",

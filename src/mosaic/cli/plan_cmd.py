@@ -60,7 +60,12 @@ from mosaic.plan.batch import (
     parse_global_batch,
     search_batch,
 )
-from mosaic.plan.cost import cheapest_plan, check_price, check_target_reachable, run_cost
+from mosaic.plan.cost import (
+    cheapest_plan,
+    check_price,
+    check_target_reachable,
+    plan_cost,
+)
 from mosaic.plan.envelope import (
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
@@ -434,7 +439,7 @@ def plan(
             check_layout_limits(versus_envelope(envelope, versus_calibration), space, limits)
         except MosaicInputError as exc:
             raise MosaicInputError(f"--versus {versus}: {exc}") from None
-    cost = run_cost(envelope, price_per_gpu_hour)
+    price_per_gpu_hour = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     require_window_at_peak(envelope, space, law)
     if target_loss is not None:  # an unreachable target is refused before any search
         node_list, day_list = check_target_reachable(
@@ -469,6 +474,7 @@ def plan(
                                       calibration, limits, workers, as_json)
     if cheapest is not None:
         extra["cheapest"] = plan_report.cheapest_document(cheapest)
+    cost = plan_cost(result, price_per_gpu_hour)  # of the days the optimum trains
     document, uncertainty = plan_result_document(result, law, calibration, cost, samples,
                                                  extra)
     far = far_outside_messages(document["optimum"].get("extrapolation"))

@@ -16,6 +16,8 @@ from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
+    cost_document,
+    cost_text,
     geometry_label,
     grid_template_text,
     infeasible_summary,
@@ -74,11 +76,11 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("pipeline split", "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
          if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)"),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
-        ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
     ]
-    if cost.cost_usd is not None:
-        rows.append(("cost (USD)", f"{cost.cost_usd:,.0f} (at {cost.price_usd_per_gpu_hour:g} "
-                                   "USD per GPU-hour)"))
+    hours, priced = cost_text(cost_document(cost), envelope.days)
+    rows.append(("GPU-hours", hours))
+    if priced is not None:
+        rows.append(("cost (USD)", priced))
     table = result.throughput
     rows.append(("geometries", grid_template_text(result.space.to_dict())))
     caps = model_limits_text(result.space.to_dict())
@@ -153,12 +155,12 @@ def print_optimum(candidate: dict[str, Any]) -> None:
 
 def _capped_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
     """When D is held at tpp_max, how much of the window training it takes (the GPU-hours
-    and cost rows count the whole window)."""
+    and cost rows count those days, with the window's beside them)."""
     if not candidate["tpp_capped"]:
         return []
     return [("training time", f"{candidate['train_days']:.1f} days of the window: D is held "
              "at the tokens-per-parameter cap (--tpp), so the run ends early; GPU-hours and "
-             "cost count the whole window"),
+             "cost count these days"),
             # a team with its model chosen asks what the window trains (a trial)
             ("tokens the window trains", f"{count(candidate['budget_tokens'])} at this "
              "throughput (D* = tokens/s x window x goodput, Eq. 25); raise --tpp to plan "
@@ -203,7 +205,8 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
                 columns, rows)
     if any(cells[columns.index("TPP")].endswith("*") for cells in rows):
         typer.echo("TPP*: D held at the tokens-per-parameter cap (--tpp), below what the "
-                   "window could train: the run ends early, and GPU-hours count the window")
+                   "window could train: the run ends early (the optimum's GPU-hours and cost count "
+                   "its days)")
     print_table("Their best layouts", ["#", "layout", "step s", "GiB/GPU"], layouts)
     summary = infeasible_summary(result)
     if summary:

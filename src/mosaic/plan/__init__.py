@@ -25,7 +25,14 @@ from mosaic.plan.analysis import (
     model_flops_loss,
     sparsity_frontier,
 )
-from mosaic.plan.cost import BudgetOption, CheapestPlan, RunCost, cheapest_plan, run_cost
+from mosaic.plan.cost import (
+    BudgetOption,
+    CheapestPlan,
+    RunCost,
+    cheapest_plan,
+    plan_cost,
+    run_cost,
+)
 from mosaic.plan.envelope import (
     TABLE3_LAYOUT_LIMITS,
     Envelope,
@@ -79,6 +86,7 @@ __all__ = [
     "load_samples",
     "local_mfu_slopes",
     "model_flops_loss",
+    "plan_cost",
     "profile_geometries",
     "propagate",
     "resolve_system",

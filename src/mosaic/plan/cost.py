@@ -1,6 +1,8 @@
 """What a budget costs, and the cheapest budget whose optimum reaches a target loss.
 
-GPU-hours = N_dev · T_train / 3600 (allocated time, whatever the goodput); cost in USD =
+GPU-hours = N_dev · T / 3600 (allocated time, whatever the goodput), where T is the days the
+plan's run takes: the window T_train, or less when its D is held at tpp_max and the run
+ends early (the window's GPU-hours are kept beside them); cost in USD =
 GPU-hours · price in USD per GPU-hour (prices are taken to be USD, as cloud list prices are
 quoted, and every output names the currency). The cheapest plan for a target loss L is the budget
 (nodes × days) of the smallest GPU-hours, among a given set, whose MOSAIC optimum has
@@ -27,16 +29,28 @@ from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import PlanResult, ProgressFn, ThroughputTable, score
 from mosaic.plan.sweep import sweep_days
-from mosaic.units import counted
+from mosaic.units import HOURS_PER_DAY, counted
 
 
 @dataclass(frozen=True)
 class RunCost:
-    """Allocated GPU-hours and, when priced, their cost in USD."""
+    """GPU-hours and, when priced, their cost in USD: of the days the run trains
+    (``gpu_hours``, ``cost_usd``: the whole window unless the plan's D is held at tpp_max
+    and the run ends early) and of the whole window (``window_*``); ``budget_usd`` the
+    dollar budget (``--budget-usd``), if any, shown beside them."""
 
     gpu_hours: float
     price_usd_per_gpu_hour: float | None
     cost_usd: float | None
+    train_days: float
+    window_gpu_hours: float
+    window_cost_usd: float | None
+    budget_usd: float | None = None
+
+    @property
+    def ends_early(self) -> bool:
+        """The run stops before the window ends (its D is held at tpp_max)."""
+        return self.gpu_hours < self.window_gpu_hours
 
 
 # Above this a price per GPU-hour is more likely a node's (8 GPUs) than one GPU's: AWS's
@@ -46,17 +60,18 @@ MAX_PLAUSIBLE_USD_PER_GPU_HOUR = 40.0
 
 
 def check_price(price_per_gpu_hour: float | None,
-                gpus_per_node: int | None = None) -> float | None:
+                gpus_per_node: int | None = None, *, note: bool = True) -> float | None:
     """A positive, finite price per GPU-hour; one above any GPU's list price is noted as a
     likely per-node price (kept: a user may mean it), divided by ``gpus_per_node`` where the
     node type is known, else by the 8 GPUs of an HGX host and the 4 of an NVL72 tray (a trial's
-    4-GPU GB300 tray was divided by 8)."""
+    4-GPU GB300 tray was divided by 8); ``note=False``: the check alone, for a price the
+    command has already checked (a sweep noted it once per point)."""
     if price_per_gpu_hour is None:
         return None
     if not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour > 0):
         raise MosaicInputError(
             f"price per GPU-hour must be a positive number, got {price_per_gpu_hour!r}")
-    if price_per_gpu_hour > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
+    if note and price_per_gpu_hour > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
         per_gpu = (f"divided by its {gpus_per_node} GPUs it is "
                    f"{price_per_gpu_hour / gpus_per_node:.4g}" if gpus_per_node else
                    f"divided by the 8 GPUs of an HGX node it is {price_per_gpu_hour / 8:.4g}, "
@@ -68,16 +83,35 @@ def check_price(price_per_gpu_hour: float | None,
     return float(price_per_gpu_hour)
 
 
-def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> RunCost:
-    price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
-    hours = envelope.gpu_hours
+def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None,
+             train_days: float | None = None) -> RunCost:
+    """The cost of ``train_days`` of the envelope's window (None: all of it) on its GPUs,
+    and of the whole window; the one place a plan's cost is derived."""
+    # the command notes a likely per-node price once, where it reads it
+    price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node, note=False)
+    window_hours = envelope.gpu_hours
+    days = envelope.days if train_days is None else min(float(train_days), envelope.days)
+    hours = envelope.n_devices * days * HOURS_PER_DAY
     budget = envelope.dollar_budget
+    window_cost = None if price is None else window_hours * price
     if (budget is not None and envelope.window_from_budget
             and price == budget.price_usd_per_gpu_hour):
         # the window is the budget's: its cost is the budget, not the round trip's
         # 999,999.9999 (a trial)
-        return RunCost(hours, price, budget.usd)
-    return RunCost(hours, price, None if price is None else hours * price)
+        window_cost = budget.usd
+    cost = (window_cost if days == envelope.days or price is None else hours * price)
+    return RunCost(hours if days < envelope.days else window_hours, price, cost, days,
+                   window_hours, window_cost, None if budget is None else budget.usd)
+
+
+def plan_cost(result: PlanResult, price_per_gpu_hour: float | None = None) -> RunCost:
+    """The cost of a plan: the days its optimum trains (``PlanResult.train_days``: a run
+    whose D is held at tpp_max stops early and pays for those days only; a trial's budget
+    plan printed its whole 1 M USD for a run that stopped after 5.6 of 65.1 days), and the
+    window's beside it; the whole window where nothing is trainable."""
+    row = result.optimum_index
+    return run_cost(result.envelope, price_per_gpu_hour,
+                    None if row is None else result.train_days(row))
 
 
 @dataclass(frozen=True)

@@ -503,6 +503,14 @@ class PlanResult:
         """Rows whose D is the tpp_max cap rather than the wall-clock budget."""
         return self.feasible & (self.budget_tokens > self.space.tpp_max * self.grid.n_active)
 
+    def train_days(self, row: int) -> float:
+        """The days of the window training row ``row``'s D takes: all of it unless D is
+        capped (D* = tokens/s · T_train · η_good, Eq. 25, so a capped D ends the run D / D*
+        early); the days its cost counts (:func:`mosaic.plan.cost.plan_cost`)."""
+        if not self.budget_tokens[row] > 0:
+            return self.envelope.days
+        return self.envelope.days * float(self.tokens[row] / self.budget_tokens[row])
+
     def candidate(self, row: int) -> dict[str, Any]:
         """One geometry with its tokens, throughput, loss and layout, as plain values."""
         grid = self.grid
@@ -517,10 +525,7 @@ class PlanResult:
             tpp=float(self.tokens[row] / n_active),
             tpp_capped=bool(self.tpp_capped[row]),
             budget_tokens=float(self.budget_tokens[row]),
-            # the days of the window training D takes: all of it unless D is capped
-            # (D* = tokens/s · T_train · η_good, so a capped D ends the run D / D* early)
-            train_days=(self.envelope.days * float(self.tokens[row] / self.budget_tokens[row])
-                        if self.budget_tokens[row] > 0 else self.envelope.days),
+            train_days=self.train_days(row),
             c_model_flops=float(self.c_model_flops[row]),
             mfu=float(table.mfu[row]),
             mfu_gemm_lane=float(table.mfu[row]) / self.envelope.gemm_lane_peak_ratio,

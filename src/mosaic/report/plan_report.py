@@ -12,7 +12,7 @@ import numpy as np
 from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_VOCAB
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
-from mosaic.plan.cost import CheapestPlan, RunCost
+from mosaic.plan.cost import CheapestPlan, RunCost, plan_cost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import NO_DIVIDING_LAYOUT, PlanResult
 from mosaic.plan.sweep import SweepPoint
@@ -170,9 +170,38 @@ def window_untrainable_message(envelope: Any, space: Any, grid: Any, bound: Any)
 
 # --- JSON documents -------------------------------------------------------------------
 def cost_document(cost: RunCost) -> dict[str, Any]:
-    """GPU-hours and, when priced, the cost in USD."""
+    """GPU-hours and, when priced, the cost in USD of the days the run trains, those of the
+    whole window, and the dollar budget (plan.cost.RunCost)."""
     return {"gpu_hours": cost.gpu_hours, "price_usd_per_gpu_hour": cost.price_usd_per_gpu_hour,
-            "cost_usd": cost.cost_usd}
+            "cost_usd": cost.cost_usd, "cost_days": cost.train_days,
+            "window_gpu_hours": cost.window_gpu_hours,
+            "window_cost_usd": cost.window_cost_usd,
+            **({"budget_usd": cost.budget_usd} if cost.budget_usd is not None else {})}
+
+
+def cost_text(document: dict[str, Any], window_days: float) -> tuple[str, str | None]:
+    """The GPU-hours and cost rows' text from a cost document (:func:`cost_document`):
+    '34,406 (the 5.6 days the run trains; the 65.1-day window: 400,000)', and the cost
+    with its price, the window's (where the run ends early) and the budget beside it; None
+    for the cost unpriced."""
+    days = document.get("cost_days", window_days)
+    early = days < window_days and "window_gpu_hours" in document
+    span = (f"the {days:.3g} days the run trains, D held at tpp_max; the {window_days:.3g}-day "
+            "window: ")
+    hours = f"{document['gpu_hours']:,.0f}" + (
+        f" ({span}{document['window_gpu_hours']:,.0f})" if early else "")
+    if document.get("cost_usd") is None:
+        return hours, None
+    beside = []
+    budget, window = document.get("budget_usd"), document.get("window_cost_usd")
+    if early and window is not None and window != budget:
+        beside.append(f"the {days:.3g} days the run trains; the whole window: {window:,.0f}")
+    elif early:
+        beside.append(f"the {days:.3g} days the run trains")
+    if budget is not None:
+        beside.append(f"budget {budget:,.0f}")
+    return hours, (f"{document['cost_usd']:,.0f} at {document['price_usd_per_gpu_hour']:g} "
+                   "USD per GPU-hour" + (f" ({'; '.join(beside)})" if beside else ""))
 
 
 def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
@@ -316,16 +345,19 @@ def plan_document(result: PlanResult, cost: RunCost) -> dict[str, Any]:
 def sweep_document(points: list[SweepPoint], price_per_gpu_hour: float | None = None
                    ) -> dict[str, Any]:
     """The sweep's JSON: each point's optimum, and its cost in USD where a price per
-    GPU-hour is given (plan.cost: allocated GPU-hours x price; checked by the caller)."""
+    GPU-hour is given (plan.cost.plan_cost: the GPU-hours of the days its optimum trains x
+    price; checked by the caller)."""
     def point(p: SweepPoint) -> dict[str, Any]:
         row = p.result.optimum_index
-        cost = (None if price_per_gpu_hour is None
-                else p.result.envelope.gpu_hours * price_per_gpu_hour)
-        return ({} if cost is None else {"cost_usd": cost}) | {
+        # the days its optimum trains (plan.cost.plan_cost, as `plan`'s cost)
+        cost = plan_cost(p.result, price_per_gpu_hour)
+        return ({} if cost.cost_usd is None else {"cost_usd": cost.cost_usd}) | {
             p.axis: int(p.value) if p.axis == "nodes" else p.value,
             "days": p.result.envelope.days,  # per node count under a dollar budget
             "c_peak_flops": p.result.envelope.c_peak_flops,
-            "gpu_hours": p.result.envelope.gpu_hours,
+            "gpu_hours": cost.gpu_hours,
+            **({"cost_days": cost.train_days, "window_gpu_hours": cost.window_gpu_hours}
+               if cost.ends_early else {}),
             # Young-Daly goodput changes with the node count (a trial found it only at the
             # first point's envelope)
             "goodput": p.result.envelope.to_dict()["goodput"]["goodput"],

@@ -516,7 +516,7 @@ class PlanRunner:
         from mosaic.jsonable import to_jsonable
         from mosaic.law import default_law
         from mosaic.plan.batch import search_batch, searched_batches
-        from mosaic.plan.cost import run_cost
+        from mosaic.plan.cost import plan_cost
         from mosaic.plan.search import search
         from mosaic.report import plan_report
         from mosaic.report.plan_result import plan_result_document
@@ -539,7 +539,7 @@ class PlanRunner:
         if result.optimum_index is None:
             raise MosaicInputError(plan_report.untrainable_message(result))
         document, _ = plan_result_document(
-            result, law, self.calibration, run_cost(envelope, price_per_gpu_hour),
+            result, law, self.calibration, plan_cost(result, price_per_gpu_hour),
             extra={"batch": batch})
         return to_jsonable(document)
 

@@ -32,6 +32,7 @@ from mosaic.report.html.page import (
 )
 from mosaic.report.plan_report import (
     GEOMETRY_AXES,
+    cost_text,
     geometry_label,
     grid_template_text,
     is_ladder,
@@ -316,7 +317,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
             *_repeated_data_rows(o, document.get("search_space") or {}),
             *([("training time", f"{o['train_days']:.1f} of the {e['days']:g} days: D is held "
                                  "at the tpp_max cap, so the run ends early; GPU-hours and "
-                                 "cost count the whole window")]
+                                 "cost count these days")]
               if o["tpp_capped"] and "train_days" in o else []),
             ("predicted loss", f"{o['loss']:.5f} nats/token"),
             *extrapolation_rows(o.get("extrapolation")),
@@ -343,12 +344,10 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
     e = document["envelope"]
-    rows = [("GPU-hours", f"{document['gpu_hours']:,.0f}"),
-            ("goodput model", goodput_text(e["goodput"]))]
-    if document.get("cost_usd") is not None:
-        rows.append(("cost (USD)", f"{document['cost_usd']:,.0f} at "
-                                   f"{document['price_usd_per_gpu_hour']:g} USD "
-                                   "per GPU-hour"))
+    hours, priced = cost_text(document, e["days"])  # as the terminal's envelope rows
+    rows = [("GPU-hours", hours), ("goodput model", goodput_text(e["goodput"]))]
+    if priced is not None:
+        rows.append(("cost (USD)", priced))
     else:
         # the CLI's flag and the studio's field (a trial's studio report named the flag only)
         rows.append(("cost", "not computed: no price per GPU-hour was given "
