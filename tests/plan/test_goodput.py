@@ -1,5 +1,6 @@
 """Goodput models: Young's checkpoint interval and the lost fraction, by hand."""
 
+import json
 import math
 
 import pytest
@@ -52,3 +53,42 @@ def test_a_job_that_fails_faster_than_it_checkpoints_is_refused_with_the_reason(
         model.require_progress(256)
     YoungDalyGoodput(mtbf_gpu_s=3.6e7, checkpoint_s=100.0).require_progress(256)
     ConstantGoodput(0.5).require_progress(256)
+
+
+def test_a_stated_checkpoint_interval_loses_that_intervals_share():
+    """"We checkpoint every hour": the goodput was always Young's optimum. 32 GPUs, MTBF
+    50,000 GPU-hours (M = 5.625e6 s), 120 s checkpoints every 3,600 s, 600 s restarts:
+    120/3600 + 3600/(2 M) + 600/M = 0.033760 lost, against 0.006638 at τ* = 36,742 s."""
+    mtbf = 50_000 * 3600.0 / 32
+    hourly = YoungDalyGoodput(50_000 * 3600.0, 120.0, 600.0, interval_s=3600.0)
+    lost = 120.0 / 3600.0 + 3600.0 / (2 * mtbf) + 600.0 / mtbf
+    assert lost == pytest.approx(0.033760, abs=5e-7)
+    assert hourly.checkpoint_interval_s(32) == 3600.0
+    assert hourly.fraction(32) == pytest.approx(1 - lost)
+    optimal = YoungDalyGoodput(50_000 * 3600.0, 120.0, 600.0)
+    assert optimal.fraction(32) > hourly.fraction(32)  # the optimum loses least
+    assert hourly.describe(32)["checkpoint_interval"] == "stated"
+    assert optimal.describe(32)["checkpoint_interval"] == "optimal"
+    with pytest.raises(MosaicInputError, match="checkpoint interval"):
+        YoungDalyGoodput(1e6, 120.0, interval_s=0.0)
+
+
+def test_plan_takes_the_checkpoint_interval_and_says_so():
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    args = ["plan", "--q", "4", "--experts", "8,16", "--top-k", "1", "--split-factor", "1",
+            "--s-min", "0.5", "--workers", "1", "--nodes", "4", "--days", "10",
+            "--mtbf-gpu-hours", "50000", "--checkpoint-s", "120", "--restart-s", "600"]
+    result = CliRunner().invoke(app, [*args, "--checkpoint-interval-s", "3600", "--json"])
+    assert result.exit_code == 0, result.output
+    goodput = json.loads(result.stdout)["envelope"]["goodput"]
+    mtbf = 50_000 * 3600.0 / 32
+    assert goodput["goodput"] == pytest.approx(1 - 120 / 3600 - 3600 / (2 * mtbf) - 600 / mtbf)
+    assert goodput["checkpoint_interval_s"] == 3600
+    result = CliRunner().invoke(app, [*args, "--checkpoint-interval-s", "3600"])
+    assert "a checkpoint every 3,600 s (--checkpoint-interval-s)" in result.stdout
+    result = CliRunner().invoke(app, ["plan", "--checkpoint-interval-s", "3600"])
+    assert result.exit_code == 2
+    assert "--checkpoint-interval-s enters the Young-Daly goodput" in result.stderr

@@ -120,6 +120,9 @@ Mtbf = Annotated[float | None, typer.Option(
     "--checkpoint-s).")]
 CheckpointS = Annotated[float | None, typer.Option(
     "--checkpoint-s", help="Seconds to write one checkpoint (Young-Daly goodput).")]
+CheckpointIntervalS = Annotated[float | None, typer.Option(
+    "--checkpoint-interval-s", help="Seconds between checkpoints the job runs with (e.g. "
+    "3600, hourly): Young-Daly goodput at this interval instead of the optimal one.")]
 RestartS = Annotated[float, typer.Option(
     "--restart-s", help="Seconds lost per failure to restart and reload (Young-Daly).")]
 GlobalBatch = Annotated[int, typer.Option("--global-batch", help="B_global, sequences/step.")]
@@ -352,7 +355,8 @@ def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str |
 def plan(
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
     gpus_per_node: GpusPerNode = None, days: Days = None, goodput: GoodputOpt = None,
-    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
+    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
+    checkpoint_interval_s: CheckpointIntervalS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatchSearch = str(TABLE3_GLOBAL_BATCH),
     batch_rule: BatchRuleOpt = None, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
@@ -420,6 +424,7 @@ def plan(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node,
         days=TABLE3_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        checkpoint_interval_s=checkpoint_interval_s,
         restart_s=restart_s, global_batch=batches[0], seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
@@ -557,7 +562,8 @@ def sweep_days_command(
         "--price-per-gpu-hour", help="Price of one GPU-hour in USD; adds each point's cost.")
     ] = None,
     goodput: GoodputOpt = None,
-    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
+    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
+    checkpoint_interval_s: CheckpointIntervalS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
@@ -587,6 +593,7 @@ def sweep_days_command(
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        checkpoint_interval_s=checkpoint_interval_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
@@ -628,6 +635,7 @@ def sweep_nodes_command(
         "and with --budget-usd sets each node count's window.")
     ] = None,
     goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
+    checkpoint_interval_s: CheckpointIntervalS = None,
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
     seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
@@ -659,6 +667,7 @@ def sweep_nodes_command(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node,
         days=SWEEP_NODES_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        checkpoint_interval_s=checkpoint_interval_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,

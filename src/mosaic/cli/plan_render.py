@@ -63,7 +63,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
                            + ("; no failures or restarts assumed: --goodput or "
                               "--mtbf-gpu-hours (Young-Daly) for a real cluster)"
                               if goodput["model"] == "constant" and goodput["goodput"] == 1
-                              else ")")),
+                              else _interval_text(goodput) + ")")),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),
         ("stack / calibration", f"{envelope.stack}"
@@ -98,6 +98,16 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)
+
+
+def _interval_text(goodput: dict[str, Any]) -> str:
+    """'; a checkpoint every 3,600 s (--checkpoint-interval-s)' or '; ... (Young's
+    optimum)' for the Young-Daly model; '' for a constant goodput."""
+    if "checkpoint_interval_s" not in goodput:
+        return ""
+    source = ("--checkpoint-interval-s" if goodput.get("checkpoint_interval") == "stated"
+              else "Young's optimum")
+    return f"; a checkpoint every {goodput['checkpoint_interval_s']:,.0f} s ({source})"
 
 
 def _recipe_text(envelope: Any) -> str:

@@ -14,7 +14,10 @@ Two models:
   order approximation to the optimum checkpoint interval", CACM 17(9)); Daly 2006 ("A
   higher order estimate of the optimum checkpoint interval for restart dumps", FGCS 22)
   refines it to sqrt(2δM) − δ for δ ≪ M, a difference we neglect. At τ* the first two
-  terms add to sqrt(2δ/M), so η_good = 1 − sqrt(2δ/M) − R/M, floored at 0.
+  terms add to sqrt(2δ/M), so η_good = 1 − sqrt(2δ/M) − R/M, floored at 0. A team that
+  checkpoints on a fixed schedule ("every hour") states τ (``interval_s``,
+  ``--checkpoint-interval-s``): the same first-order f_lost at that τ, no longer the
+  optimum's.
 """
 
 from __future__ import annotations
@@ -76,33 +79,42 @@ class ConstantGoodput:
 
 @dataclass(frozen=True)
 class YoungDalyGoodput:
-    """Checkpoint/restart goodput with Young's optimal interval (module docstring).
+    """Checkpoint/restart goodput, at Young's optimal interval or a stated one (module
+    docstring).
 
     Attributes:
         mtbf_gpu_s: mean time between failures of one GPU (with its share of host), seconds.
         checkpoint_s: wall-clock to write one checkpoint (δ), seconds.
         restart_s: wall-clock to detect a failure, restart and reload (R), seconds.
+        interval_s: the interval τ between checkpoints the job runs with, seconds; None =
+            Young's optimum τ* for the device count.
     """
 
     mtbf_gpu_s: float
     checkpoint_s: float
     restart_s: float = 0.0
+    interval_s: float | None = None
 
     def __post_init__(self) -> None:
         _finite_positive("MTBF per GPU", self.mtbf_gpu_s)
         _finite_positive("checkpoint time", self.checkpoint_s)
         _finite_positive("restart time", self.restart_s, allow_zero=True)
+        if self.interval_s is not None:
+            _finite_positive("checkpoint interval", self.interval_s)
 
     def system_mtbf_s(self, n_devices: int) -> float:
         """M = MTBF_gpu / N_dev: mean time between failures of the whole job."""
         return self.mtbf_gpu_s / n_devices
 
     def checkpoint_interval_s(self, n_devices: int) -> float:
-        """Young's τ* = sqrt(2·δ·M)."""
+        """The stated τ (``interval_s``), else Young's τ* = sqrt(2·δ·M)."""
+        if self.interval_s is not None:
+            return self.interval_s
         return math.sqrt(2.0 * self.checkpoint_s * self.system_mtbf_s(n_devices))
 
     def lost_fraction(self, n_devices: int) -> float:
-        """δ/τ* + τ*/(2M) + R/M."""
+        """δ/τ + τ/(2M) + R/M (Young 1974's first-order model) at τ of
+        :meth:`checkpoint_interval_s`."""
         mtbf = self.system_mtbf_s(n_devices)
         tau = self.checkpoint_interval_s(n_devices)
         return self.checkpoint_s / tau + tau / (2.0 * mtbf) + self.restart_s / mtbf
@@ -117,11 +129,15 @@ class YoungDalyGoodput:
         if self.fraction(n_devices) > 0.0:
             return None
         mtbf = self.system_mtbf_s(n_devices)
+        every = ("" if self.interval_s is None
+                 else f" every {self.interval_s:g} s (--checkpoint-interval-s)")
         return (f"Young-Daly goodput is 0 on {n_devices} GPUs: the job fails every "
                 f"{mtbf:.3g} s (MTBF per GPU {self.mtbf_gpu_s / SECONDS_PER_HOUR:.3g} h / "
-                f"{n_devices}), and checkpoints of {self.checkpoint_s:g} s plus restarts of "
-                f"{self.restart_s:g} s take all of it; check --mtbf-gpu-hours (hours per "
-                "GPU), --checkpoint-s and --restart-s")
+                f"{n_devices}), and checkpoints of {self.checkpoint_s:g} s{every} plus "
+                f"restarts of {self.restart_s:g} s take all of it; check --mtbf-gpu-hours "
+                "(hours per GPU), --checkpoint-s"
+                + (", --checkpoint-interval-s" if self.interval_s is not None else "")
+                + " and --restart-s")
 
     def require_progress(self, n_devices: int) -> None:
         """MosaicInputError with :meth:`no_progress_reason` when goodput is 0."""
@@ -138,5 +154,7 @@ class YoungDalyGoodput:
             "restart_s": self.restart_s,
             "job_mtbf_hours": self.system_mtbf_s(n_devices) / SECONDS_PER_HOUR,
             "checkpoint_interval_s": self.checkpoint_interval_s(n_devices),
+            # stated (--checkpoint-interval-s) or Young's optimum for this device count
+            "checkpoint_interval": "stated" if self.interval_s is not None else "optimal",
             "lost_fraction": self.lost_fraction(n_devices),
         }

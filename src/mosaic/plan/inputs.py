@@ -72,12 +72,17 @@ def parse_tpp(text: str) -> tuple[float, float]:
 
 
 def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
-                  checkpoint_s: float | None, restart_s: float) -> Goodput:
-    """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly)."""
+                  checkpoint_s: float | None, restart_s: float,
+                  checkpoint_interval_s: float | None = None) -> Goodput:
+    """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly; at the optimal
+    interval, or every --checkpoint-interval-s)."""
     if mtbf_gpu_hours is None and checkpoint_s is None:
-        if restart_s:  # it enters only the Young-Daly model: say so, rather than drop it
-            raise MosaicInputError("--restart-s enters the Young-Daly goodput: give it with "
-                                   "--mtbf-gpu-hours and --checkpoint-s")
+        # they enter only the Young-Daly model: say so, rather than drop them
+        for flag, value in (("--restart-s", restart_s),
+                            ("--checkpoint-interval-s", checkpoint_interval_s)):
+            if value:
+                raise MosaicInputError(f"{flag} enters the Young-Daly goodput: give it with "
+                                       "--mtbf-gpu-hours and --checkpoint-s")
         return ConstantGoodput(1.0 if goodput is None else goodput)
     if goodput is not None:
         raise MosaicInputError("give either --goodput or --mtbf-gpu-hours/--checkpoint-s, "
@@ -91,7 +96,11 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
     # 0 is out and the range says so ('0..1e9' named the 0 it refused: a trial)
     check_range("--checkpoint-s", checkpoint_s, "seconds", above_low=True)
     check_range("--restart-s", restart_s, "seconds")
-    return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
+    if checkpoint_interval_s is not None:
+        check_range("--checkpoint-interval-s", checkpoint_interval_s, "seconds",
+                    above_low=True)
+    return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s,
+                            checkpoint_interval_s)
 
 
 def dollar_budget_for(budget_usd: float | None, price_per_gpu_hour: float | None,
@@ -120,6 +129,7 @@ def build_inputs(
     balanced_pipeline: bool = False, max_total_params: str | None = None,
     max_active_params: str | None = None, s_max: float | None = None,
     unique_tokens: str | None = None, optimizer: str = "adamw", optimizer_dtype: str = "fp32",
+    checkpoint_interval_s: float | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
@@ -149,7 +159,8 @@ def build_inputs(
         dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
-        goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
+        goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s,
+                              checkpoint_interval_s),
         global_batch=global_batch, seq_len=seq_len, stack=stack,
         precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
         dispatcher=dispatcher, dispatcher_stated=dispatcher_stated,
