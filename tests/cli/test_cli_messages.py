@@ -420,3 +420,27 @@ def test_ladder_fit_on_a_folder_of_training_runs_says_to_collect_them(tmp_path):
     text = " ".join(result.output.split())
     assert "holds 2 `mosaic train` run(s) (q2-e4, q3-e4)" in text
     assert f"mosaic ladder collect {tmp_path} --out {tmp_path / 'runs.csv'}" in text
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["plan", "--days", "21d"], "error: Invalid value for '--days': '21d': input should be a "
+                                "valid number, unable to parse string as a number"),
+    (["plan", "--nodes=4x"], "error: Invalid value for '--nodes': '4x': input should be a "
+                             "valid integer, unable to parse string as an integer"),
+    (["law", "predict", "--tokens", "abc"], "error: Invalid value for '--tokens': 'abc': "
+                                            "input should be a valid number"),
+])
+def test_an_unparsable_number_is_echoed_as_typed(monkeypatch, capsys, argv, line):
+    """`mosaic plan --days 21d` said "Invalid value for '--days': Input should be a valid
+    number, ..." without the 21d it refused (a trial); typer's pydantic coercion of every
+    numeric option goes through the entry point's one usage-error line."""
+    import sys
+
+    from mosaic.cli import main as cli_main
+
+    monkeypatch.setattr(sys, "argv", ["mosaic", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(line) and len(err.splitlines()) == 1

@@ -229,6 +229,28 @@ def _one_line(message: str) -> None:
     sys.stderr.write(warning_lines.one_line(message) + "\n")
 
 
+INVALID = "Invalid value for "  # click's BadParameter.format_message
+
+
+def usage_message(exc: Any) -> str:
+    """A click usage error's message, with the value as typed where typer's pydantic
+    coercion refused it: "Invalid value for '--days': Input should be a valid number" named
+    no '21d' (a trial). Every numeric option of every command is parsed this way, so this
+    one place covers them all."""
+    message = exc.format_message()
+    errors = getattr(exc.__cause__, "errors", None)  # a pydantic ValidationError
+    reason = getattr(exc, "message", None)
+    # click's BadParameter: "Invalid value for {the option}: {reason}"
+    if (not callable(errors) or not isinstance(reason, str) or not reason
+            or not message.startswith(INVALID) or not message.endswith(f": {reason}")):
+        return message
+    typed = [error.get("input") for error in errors()]
+    if len(typed) != 1 or not isinstance(typed[0], str):
+        return message
+    option = message[len(INVALID):-len(f": {reason}")]
+    return f"{INVALID}{option}: {typed[0]!r}: {reason[:1].lower()}{reason[1:]}"
+
+
 def _internal_error(exc: BaseException) -> None:
     warning_lines.flush(1)
     if os.environ.get("MOSAIC_DEBUG"):
@@ -324,7 +346,7 @@ def main() -> None:
             exc.show()
             sys.exit(0)
         else:
-            _one_line(f"error: {exc.format_message()}")
+            _one_line(f"error: {usage_message(exc)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _interrupted()
