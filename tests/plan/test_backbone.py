@@ -243,3 +243,20 @@ def test_a_job_file_as_backbone_says_which_of_its_blocks_the_plan_does_not_read(
         "parallelism, batch, performance and hardware blocks are not read")
     assert "--global-batch/--seq-len" in note and "--stack/--stack-version" in note
     assert json.loads(with_job.stdout)["optimum"] == json.loads(model_only.stdout)["optimum"]
+
+
+def test_a_width_that_does_not_scale_the_backbone_lists_the_widths_that_do():
+    """`--backbone deepseek-v3.json --d-model 2048` was refused without a width that works.
+    Heads 128·d/7168 and d_ff 18432·d/7168 are integers when d is a multiple of
+    7168/gcd(7168, 128) = 56 and of 7168/gcd(7168, 18432) = 7168/1024 = 7: of 56. Nearest
+    2048: 36·56 = 2016 and 37·56 = 2072; d/4, 3d/8, d/2 = 1792, 2688, 3584."""
+    v3 = load_hf_config(HF / "deepseek-v3.json")
+    with pytest.raises(MosaicInputError) as error:
+        backbone_variant(v3, 24, 2048, 256, 8, 9)
+    assert ("the widths that do are the multiples of 56 (nearest: 2016 and 2072; 1792, 2688, "
+            "3584 are d/4, 3d/8, d/2)") in str(error.value)
+    for width in (2016, 2072, 1792, 2688, 3584):  # each one it lists is a variant
+        assert backbone_variant(v3, 24, width, 256, 8, 9).d_model == width
+    result = CliRunner().invoke(app, ["plan", "--gpu", "H100", "--backbone",
+                                      str(HF / "deepseek-v3.json"), "--d-model", "2048"])
+    assert result.exit_code == 2 and "multiples of 56 (nearest: 2016 and 2072" in result.stderr

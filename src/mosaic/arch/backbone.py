@@ -23,6 +23,7 @@ every block routed and no shared expert.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -46,6 +47,23 @@ def backbone_split_factor(backbone: Geometry) -> int:
     return int(ratio)
 
 
+def width_step(backbone: Geometry) -> int:
+    """The smallest width w whose multiples scale the backbone's heads and d_ff to integers
+    (heads·d/d0 and d_ff·d/d0, :func:`backbone_variant`): d0/gcd(d0, heads) divides d, and
+    so does d0/gcd(d0, d_ff). 56 for DeepSeek-V3 (d0 7168, 128 heads, d_ff 18432)."""
+    d0 = backbone.d_model
+    return math.lcm(d0 // math.gcd(d0, backbone.heads), d0 // math.gcd(d0, backbone.ffn))
+
+
+def _fractions_of(d_model: int, step: int) -> list[int]:
+    """The backbone's d/4, 3d/8 and d/2 where all three are widths (whole multiples of
+    ``step``): the round widths a user reaches for first (DeepSeek-V3: 1792, 2688, 3584)."""
+    widths = [d_model * n / 8 for n in (2, 3, 4)]
+    if all(w == int(w) and int(w) % step == 0 for w in widths):
+        return [int(w) for w in widths]
+    return []
+
+
 def backbone_variant(backbone: Geometry, layers: int, d_model: int, experts: int, top_k: int,
                      split_factor: int) -> Geometry:
     """The backbone at depth ``layers``, width ``d_model`` and MoE axes (E, K, G).
@@ -55,9 +73,15 @@ def backbone_variant(backbone: Geometry, layers: int, d_model: int, experts: int
     heads = backbone.heads * d_model / backbone.d_model
     ffn = backbone.ffn * d_model / backbone.d_model
     if heads != int(heads) or ffn != int(ffn):
+        step = width_step(backbone)
+        below = max(step, d_model // step * step)
+        near = " and ".join(map(str, sorted({below, below + step})))
+        fractions = _fractions_of(backbone.d_model, step)
+        also = f"; {', '.join(map(str, fractions))} are d/4, 3d/8, d/2" if fractions else ""
         raise MosaicInputError(
             f"d={d_model} does not scale the backbone's {backbone.heads} heads and d_ff "
-            f"{backbone.ffn} to integers (d={backbone.d_model})")
+            f"{backbone.ffn} to integers (d={backbone.d_model}); the widths that do are the "
+            f"multiples of {step} (nearest: {near}{also})")
     heads, ffn = int(heads), int(ffn)
     if ffn % split_factor:
         raise MosaicInputError(f"G={split_factor} does not divide d_ff={ffn}")
