@@ -322,3 +322,97 @@ def test_qk_norm_lengthens_the_step_by_its_bytes(qwen3_30b_bridge):
     assert unfused_with - unfused_without == pytest.approx(
         unfused_without * 46_080 / (618_496 - 565_248), rel=1e-9)
     assert with_norm.step_time_s[0] > no_norm.step_time_s[0]
+
+
+# MLA's latent RMSNorms (docs/evidence/elementwise_fusion.md): bytes per normalised element of
+# the query latent and of the key/value latent, forward + backward, from each
+# implementation's kernels.
+LATENT_NORM_BY_HAND = {
+    # TE rmsnorm_fwd / rmsnorm_bwd inside TELayerNormColumnParallelLinear (or a TE RMSNorm)
+    ElementwiseKernels.TE_FUSED: (4 + 6, 4 + 6),
+    # its own kernel between two GEMMs; the kv backward writes dx in place of the split's copy
+    ElementwiseKernels.INDUCTOR: (4 + 6, 4 + 6 - 4),
+    ElementwiseKernels.XLA: (4 + 6, 4 + 6 - 4),  # as Inductor
+    ElementwiseKernels.EAGER_FP32_NORM: (36 + 92, 36 + 92),  # HF DeepseekV3RMSNorm
+    ElementwiseKernels.EAGER_FUSED_RMSNORM: (4 + 6 + 4, 4 + 6 + 4),  # aten::_fused_rms_norm
+    ElementwiseKernels.EAGER_NATIVE_NORM: (4 + 6 + 4, 4 + 6 + 4),  # F.layer_norm
+}
+
+
+@pytest.fixture(scope="module")
+def mla_records():
+    """DeepSeek-V3 (d 7168, 128 heads, rope 64, q latent 1536, kv latent 512, top-8 of 2048
+    plus one shared 2048) on Megatron-Bridge and on compiled torchtitan, and DeepSeek-V3-16B
+    (d 2048, 16 heads, no q latent, kv latent 512, top-6 of 1408 plus 2 x 1408 shared) on
+    eager torchtitan (torch >= 2.9)."""
+    records = {r.id: r for r in apply_record_settings(load_run_records(EXTRA)).records}
+    return {"te": records["bridge2511-deepseekv3-w-o-mtp-gb300-256-bf16"],
+            "inductor": records["nebius2603-deepseek-v3-b200-256-tp2pp2ep32-bf16-deepep"],
+            "eager": records["tt1789-deepseek-v3-16b-h100-8-lbs4-ep8"]}
+
+
+# (record, implementation, bytes per token of one block with the latent norms, their part)
+MLA_BLOCK_BY_HAND = [
+    # 44 x 7168 + 8 x (128 + 1) x 64 + 10 x (1536 + 512) + 16 x (8 + 1) x 2048
+    # + (8 + 16) x 8 x 7168 = 315,392 + 66,048 + 20,480 + 294,912 + 1,376,256
+    ("te", ElementwiseKernels.TE_FUSED, 2_073_088, 20_480),
+    # 34 x 7168 + 66,048 + (10 x 1536 + 6 x 512) + 294,912 + 1,376,256
+    ("inductor", ElementwiseKernels.INDUCTOR, 1_999_360, 18_432),
+    # 52 x 2048 + 40 x (16 + 1) x 64 + 14 x 512 + 28 x (6 x 1408 + 2816) + 24 x 6 x 2048
+    # = 106,496 + 43,520 + 7,168 + 315,392 + 294,912
+    ("eager", ElementwiseKernels.EAGER_FUSED_RMSNORM, 767_488, 7_168),
+]
+
+
+@pytest.mark.parametrize(("name", "kernels", "total", "latent"), MLA_BLOCK_BY_HAND)
+def test_mla_latent_norm_block_bytes_by_hand(mla_records, name, kernels, total, latent):
+    """One MLA block's bytes per token count its q and kv latent norms; the analytical count
+    has none, so the multiplier carries the whole term."""
+    workload = mla_records[name].workload
+    assert elementwise_kernels(workload) is kernels
+    traffic = block_traffic(kernels)
+    assert block_bytes_per_token(traffic, workload) == total
+    assert (elementwise_traffic_multiplier(workload) * block_bytes_per_token(
+        ANALYTICAL_TRAFFIC, workload) - total) == pytest.approx(0.0, abs=1e-6)
+    assert latent == (LATENT_NORM_BY_HAND[kernels][0] * (workload.geometry.mla.q_lora_rank or 0)
+                      + LATENT_NORM_BY_HAND[kernels][1] * workload.geometry.mla.kv_lora_rank)
+
+
+@pytest.mark.parametrize("kernels", sorted(LATENT_NORM_BY_HAND))
+def test_mla_latent_norm_bytes_per_implementation(mla_records, kernels):
+    """Each implementation adds its per-element counts times the q latent (1536, gone when
+    the query is not compressed) and the kv latent (512 more when it is 1024 wide)."""
+    workload = mla_records["te"].workload
+    g = workload.geometry
+    traffic = block_traffic(kernels)
+    q_per, kv_per = LATENT_NORM_BY_HAND[kernels]
+    no_q = replace(workload, geometry=replace(g, mla=replace(g.mla, q_lora_rank=None)))
+    assert (block_bytes_per_token(traffic, workload) - block_bytes_per_token(traffic, no_q)
+            == q_per * 1536)
+    wider_kv = replace(workload, geometry=replace(g, mla=replace(g.mla, kv_lora_rank=1024)))
+    assert (block_bytes_per_token(traffic, wider_kv) - block_bytes_per_token(traffic, workload)
+            == kv_per * 512)
+    # the analytical count has no latent norm
+    for other in (no_q, wider_kv):
+        assert (block_bytes_per_token(ANALYTICAL_TRAFFIC, other)
+                == block_bytes_per_token(ANALYTICAL_TRAFFIC, workload))
+
+
+def test_mla_latent_norms_lengthen_the_step_by_their_bytes(mla_records):
+    """DeepSeek-V3 on Transformer Engine: the analytical count per block is 30 x 7168 + 18 x
+    9 x 2048 + 1,376,256 = 1,923,072 B; the element-wise extra is proportional to the bytes
+    beyond it, 2,073,088 - 1,923,072 with the q latent norm and 2,057,728 - 1,923,072
+    without it (10 x 1536 less)."""
+    calibration = replace(default_calibration(), stack_overhead={})
+    record = mla_records["te"]
+    machine = machine_for(record.cluster, record.workload.precision)
+    g = record.workload.geometry
+    no_q = replace(record.workload, geometry=replace(g, mla=replace(g.mla, q_lora_rank=None)))
+    assert block_bytes_per_token(ANALYTICAL_TRAFFIC, record.workload) == 1_923_072
+    with_q = predict_step(record.workload, record.plan, machine, calibration)
+    without_q = predict_step(no_q, record.plan, machine, calibration)
+    unfused_with = with_q.analytic_breakdown_s["compute_elementwise_unfused"][0]
+    unfused_without = without_q.analytic_breakdown_s["compute_elementwise_unfused"][0]
+    assert unfused_without > 0
+    assert unfused_with / unfused_without == pytest.approx(
+        (2_073_088 - 1_923_072) / (2_057_728 - 1_923_072), rel=1e-9)

@@ -6,8 +6,9 @@ per unit of d forward, the GLU/GELU activation on the FFN width, MoE permute/unp
 twice each forward for the backward (``compute_elementwise``). Real stacks launch different
 kernels for the same maths: eager PyTorch runs every op of an RMSNorm, a RoPE or a SwiGLU
 as its own kernel that reads and writes its whole tensor (some in fp32), while Transformer
-Engine, Inductor and XLA fuse them; the q/k RMSNorms of a QK-norm model (Qwen3) are in no
-analytical count, only in each implementation's. :func:`elementwise_traffic_multiplier` is
+Engine, Inductor and XLA fuse them; the q/k RMSNorms of a QK-norm model (Qwen3) and MLA's
+latent RMSNorms (DeepSeek-V3's q_a_layernorm / kv_a_layernorm) are in no analytical count,
+only in each implementation's. :func:`elementwise_traffic_multiplier` is
 the ratio of an implementation's counted bytes to the analytical count for a workload's
 shapes; the step model scales ``compute_elementwise`` by it (the excess is
 ``compute_elementwise_unfused``). The counts, per kernel and with their code paths, are in
@@ -57,6 +58,10 @@ class BlockTraffic:
     qk_norm_per_element: the q and k RMSNorms of a model with QK-norm (``Geometry.qk_norm``:
         Qwen3, OLMoE, MiniMax-M2), per normalised q/k element, per head or across the
         projection alike (the reduction width does not change the bytes).
+    q_latent_norm_per_element / kv_latent_norm_per_element: MLA's RMSNorms of the query
+        latent (q_lora_rank wide, where the query is compressed) and of the key/value latent
+        (kv_lora_rank wide), per normalised latent element. They differ where the kv
+        norm's backward replaces a copy the graph makes without it (Inductor, below).
     """
 
     norm_residual_per_d: float
@@ -64,6 +69,8 @@ class BlockTraffic:
     glu_per_element: float
     act_per_element: float
     qk_norm_per_element: float
+    q_latent_norm_per_element: float
+    kv_latent_norm_per_element: float
 
 
 # Per-kernel counts (forward + backward, bytes per element); derivations and sources in
@@ -81,7 +88,15 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     # head_dim], megatron/core/transformer/attention.py @ d98e8a64dd; NeMo AutoModel's
     # backend.rms_norm "te", components/moe/utils.py @ 01926a5c4): the TE RMSNorm as above,
     # rmsnorm_fwd 4 + rmsnorm_bwd 6 (transformer_engine/pytorch/ops/basic/rmsnorm.py).
-    ElementwiseKernels.TE_FUSED: BlockTraffic(44.0, 8.0, 16.0, 10.0, 10.0),
+    # MLA latent norms: Megatron-Core builds linear_q_up_proj / linear_kv_up_proj as
+    # TELayerNormColumnParallelLinear when qk_layernorm is set (megatron/core/models/gpt/
+    # gpt_layer_specs.py @ 24bad8e6 and core_v0.14.0; Megatron-Bridge's DeepSeek-V3/Kimi
+    # bridges set it, deepseek_v3_bridge.py @ 600d069b), whose norm runs before the GEMM
+    # (rmsnorm_fwd writes ln_out, tex.rmsnorm_bwd after the dgrad GEMM, transformer_engine/
+    # pytorch/module/layernorm_linear.py @ d0067d0d): 4 + 6 each. NeMo AutoModel's
+    # q_a_layernorm / kv_a_layernorm are TE RMSNorm modules with backend.rms_norm "te"
+    # (components/models/deepseek_v3/layers.py @ 01926a5c44): the same 4 + 6.
+    ElementwiseKernels.TE_FUSED: BlockTraffic(44.0, 8.0, 16.0, 10.0, 10.0, 10.0, 10.0),
     # torch.compile (torchtitan apply_compile compiles each TransformerBlock): the residual
     # add fuses with the following norm (reads 2, writes the sum and the normed: 8), the
     # block's first norm (4) and last add (6) stand alone: forward 18; backward, each norm
@@ -93,10 +108,17 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     # weight gradient's cross-token sum folds into that kernel (Inductor's mix-order
     # reduction, torch/_inductor/config.py triton.mix_order_reduction, on by default in
     # torch 2.13): 2. One kernel forward and one backward is what torch 2.13 generates
-    # (benchmarks/inductor_qk_norm_fusion.py, CPU code generation).
-    ElementwiseKernels.INDUCTOR: BlockTraffic(34.0, 8.0, 16.0, 10.0, 2.0),
+    # (benchmarks/inductor_qk_norm_fusion.py, CPU code generation). MLA latent norms
+    # (torchtitan deepseek_v3 q_norm / kv_norm, nn.RMSNorm between two GEMMs): no element-wise
+    # kernel to fuse with, so forward one kernel reading the latent, writing the normed (4);
+    # the query's backward reads dy and x, writes dx (6); the kv latent is a split of wkv_a's
+    # output, whose backward without the norm copies dkv into the concatenated gradient, and
+    # the norm's backward writes dx there instead of the copy (6 - 4 = 2); the weight
+    # gradient by mix-order reduction as for QK-norm. q 4 + 6, kv 4 + 2: what torch 2.13
+    # generates (benchmarks/inductor_mla_latent_norm_fusion.py, CPU code generation).
+    ElementwiseKernels.INDUCTOR: BlockTraffic(34.0, 8.0, 16.0, 10.0, 2.0, 10.0, 6.0),
     # XLA fuses the same chains (MaxText layers scanned per block): as Inductor.
-    ElementwiseKernels.XLA: BlockTraffic(34.0, 8.0, 16.0, 10.0, 2.0),
+    ElementwiseKernels.XLA: BlockTraffic(34.0, 8.0, 16.0, 10.0, 2.0, 10.0, 6.0),
     # Eager torch (torchtitan models/llama/model.py RMSNorm and apply_rotary_emb; HF
     # LlamaRMSNorm / rotate_half; fms LayerNormParameterized): RMSNorm as x.float() (6),
     # pow (8), mean (4), x*rsqrt (8), type_as (6), *weight (4) = 36 forward; autograd
@@ -106,13 +128,18 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     # backward: 40. SwiGLU F.silu(w1 x) * w3 x: silu 4 + mul 6 forward; backward mul 12,
     # silu 6: 28. GELU: 4 + 6. QK-norm (HF Qwen3RMSNorm, transformers models/qwen3; torch's
     # composite nn.RMSNorm before 2.9): the same RMSNorm kernels per q/k element, 36 + 92.
-    ElementwiseKernels.EAGER_FP32_NORM: BlockTraffic(280.0, 40.0, 28.0, 10.0, 128.0),
+    # MLA latent norms (HF DeepseekV3RMSNorm q_a_layernorm / kv_a_layernorm, the fp32-upcast
+    # LlamaRMSNorm; torchtitan's nn.RMSNorm q_norm / kv_norm before torch 2.9): 36 + 92 each.
+    ElementwiseKernels.EAGER_FP32_NORM: BlockTraffic(280.0, 40.0, 28.0, 10.0, 128.0, 128.0,
+                                                     128.0),
     # Eager torch with the native LayerNorm kernel in bf16 (llm-foundry MPT LPLayerNorm ->
     # F.layer_norm, llmfoundry/models/layers/norm.py): forward 4, backward dx 6 plus the
     # gamma/beta reduction reading dy and x again 4; residuals 24: 2 x 14 + 24 = 52. MPT
     # uses ALiBi or learned positions, no RoPE kernel (0). Eager silu*mul if GLU; GELU 4 + 6.
     # QK-norm (MPT qk_ln, the same LayerNorm class across the q and k projections): 14.
-    ElementwiseKernels.EAGER_NATIVE_NORM: BlockTraffic(52.0, 0.0, 28.0, 10.0, 14.0),
+    # llm-foundry has no MLA; a latent norm would be the same native kernel: 14.
+    ElementwiseKernels.EAGER_NATIVE_NORM: BlockTraffic(52.0, 0.0, 28.0, 10.0, 14.0, 14.0,
+                                                       14.0),
     # Eager torch with nn.RMSNorm on PyTorch >= 2.9 (torchtitan since pull request #985,
     # 2025-03-19): F.rms_norm dispatches to aten::_fused_rms_norm, one forward kernel (reads
     # x, writes y and a per-row rstd: 4) and _fused_rms_norm_backward (dx: reads dy, x,
@@ -122,19 +149,25 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     # 2025-07-09, "nightly version have merged fused rmsnorm", 2025-08-13), so release 2.9
     # (October 2025) on. RoPE (complex or rotate_half) and SwiGLU stay eager: 40 and 28.
     # QK-norm (torchtitan qwen3 q_norm/k_norm are nn.RMSNorm): the fused kernel, 4 + 6 + 4.
-    ElementwiseKernels.EAGER_FUSED_RMSNORM: BlockTraffic(52.0, 40.0, 28.0, 10.0, 14.0),
+    # MLA latent norms (torchtitan deepseek_v3 q_norm / kv_norm, nn.RMSNorm, models/
+    # deepseek_v3/model/model.py @ 82a9530f6^, 8a7ea9c53): the same fused kernel, 14 each.
+    ElementwiseKernels.EAGER_FUSED_RMSNORM: BlockTraffic(52.0, 40.0, 28.0, 10.0, 14.0, 14.0,
+                                                         14.0),
 }
 
 # What layer_costs counts, forward x (1 + BACKWARD_TO_FORWARD_STREAMING): norms and
 # residuals NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2 per d forward (10 B), no RoPE, the
-# activation's GLU_STREAMS or ACTIVATION_STREAMS bf16 reads+writes forward, no QK-norm.
+# activation's GLU_STREAMS or ACTIVATION_STREAMS bf16 reads+writes forward, no QK-norm and
+# no MLA latent norm.
 _PASSES = 1 + BACKWARD_TO_FORWARD_STREAMING
 ANALYTICAL_TRAFFIC = BlockTraffic(
     norm_residual_per_d=_PASSES * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
     rope_per_element=0.0,
     glu_per_element=_PASSES * GLU_STREAMS * ACTIVATION_BYTES,
     act_per_element=_PASSES * ACTIVATION_STREAMS * ACTIVATION_BYTES,
-    qk_norm_per_element=0.0)
+    qk_norm_per_element=0.0,
+    q_latent_norm_per_element=0.0,
+    kv_latent_norm_per_element=0.0)
 # MoE permute + unpermute, the analytical count every implementation's multiplier is over
 # (layer_costs.moe_block_times; the sourced counts are perf/moe_permute_traffic's).
 _PERMUTE_BYTES_PER_COPY_PER_D = (ANALYTICAL_PERMUTE.forward_per_copy
@@ -150,10 +183,12 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
     """Bytes per token of one block (forward + backward) at TP 1 for ``traffic``."""
     g = workload.geometry
     rope = g.heads * g.head_dim + g.kv_heads * g.head_dim  # rotated q and k elements
+    q_latent = kv_latent = 0  # MLA's normalised latent elements (arch.counts params_attention_mla)
     if g.mla is not None:  # MLA rotates only the decoupled rope part (one shared key)
         rope = (g.heads + 1) * g.mla.qk_rope_head_dim
+        q_latent, kv_latent = g.mla.q_lora_rank or 0, g.mla.kv_lora_rank
     # normalised q and k elements (QK-norm is an MHA/GQA feature, arch.counts
-    # params_attention_extras; MLA's latent norms are not counted here)
+    # params_attention_extras; MLA's latent norms are the terms above)
     qk_norm = g.heads * g.head_dim + g.kv_heads * g.head_dim if g.qk_norm and g.mla is None else 0
     per_width = traffic.glu_per_element if g.glu else traffic.act_per_element
     width = float(g.ffn)
@@ -162,7 +197,9 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
         width = g.moe.top_k * g.moe.expert_ffn + g.moe.shared_total_width
         permute = _PERMUTE_BYTES_PER_COPY_PER_D * g.moe.top_k * g.d_model
     return (traffic.norm_residual_per_d * g.d_model + traffic.rope_per_element * rope
-            + traffic.qk_norm_per_element * qk_norm + per_width * width + permute)
+            + traffic.qk_norm_per_element * qk_norm
+            + traffic.q_latent_norm_per_element * q_latent
+            + traffic.kv_latent_norm_per_element * kv_latent + per_width * width + permute)
 
 
 # Eager PyTorch model code: what torch.compile replaces with Inductor's fused kernels.
