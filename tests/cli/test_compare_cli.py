@@ -727,3 +727,64 @@ def test_a_goodput_difference_shows_what_each_side_ran_with(tmp_path):
     assert (row["a"], row["b"], row["a_from"]) == (1.0, 0.8, "--goodput default")
     same = invoke_json("compare", str(stated), str(JOB), "--goodput", "0.8")
     assert not any(d["field"] == "training.goodput" for d in same["input_differences"])
+
+
+@pytest.fixture(scope="module")
+def early_plan(tmp_path_factory) -> Path:
+    """A priced plan whose run stops early: a q=4 model over 30 days on 64 GPUs reaches its
+    tokens-per-parameter cap long before the window ends."""
+    path = tmp_path_factory.mktemp("early") / "early.json"
+    result = runner.invoke(app, ["plan", "--nodes", "8", "--days", "30", "--q", "4",
+                                 "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                 "--price-per-gpu-hour", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    path.write_text(result.output)
+    return path
+
+
+def test_a_plan_whose_run_stops_early_is_costed_as_the_plan_costs_it(plans, early_plan):
+    """compare costed a plan at its whole window (its envelope's GPU-hours x price), where
+    plan costs the days the run trains (a 1 M USD budget plan whose run stops after 5.6 of
+    65.1 days: plan said 86,420, compare 1,000,000)."""
+    plan = json.loads(early_plan.read_text())
+    assert plan["cost_days"] < plan["envelope"]["days"]  # the run stops early
+    doc = invoke_json("compare", str(plans[0]), str(early_plan))
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert summary["gpu_hours"]["b"] == pytest.approx(plan["gpu_hours"])
+    assert summary["cost"]["b"] == pytest.approx(plan["cost_usd"])
+    assert summary["cost"]["b"] < plan["window_cost_usd"]
+    assert doc["b"]["cost_days"] == pytest.approx(plan["cost_days"])
+    assert doc["a"]["cost_days"] == 5.0 and "window_gpu_hours" not in doc["a"]
+    # another price costs the same days
+    repriced = invoke_json("compare", str(plans[0]), str(early_plan),
+                           "--price-per-gpu-hour", "2")
+    cost = {row["quantity"]: row for row in repriced["summary"]}["cost"]["b"]
+    assert cost == pytest.approx(plan["gpu_hours"] * 2)
+    table = " ".join(runner.invoke(app, ["compare", str(plans[0]), str(early_plan)],
+                                   terminal_width=200).stdout.split())
+    assert (f"B's GPU-hours and cost count the {plan['cost_days']:.3g} days its run trains"
+            in table)
+    assert f"{plan['window_cost_usd']:,.0f} USD" in table
+
+
+def test_a_plan_file_older_than_its_training_days_is_costed_at_its_window_with_a_note(
+        plans, early_plan, tmp_path):
+    """A plan written before plans recorded the days their run trains still compares: at
+    its whole window, saying so."""
+    plan = json.loads(early_plan.read_text())
+    for key in ("cost_days", "window_gpu_hours", "window_cost_usd"):
+        plan.pop(key)
+    for candidate in (plan["optimum"], *plan["candidates"]):
+        candidate.pop("train_days")
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(plan))
+    doc = invoke_json("compare", str(plans[0]), str(older))
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert summary["gpu_hours"]["b"] == pytest.approx(plan["envelope"]["gpu_hours"])
+    assert summary["cost"]["b"] == pytest.approx(plan["envelope"]["gpu_hours"] * 3)
+    assert "written before plans recorded the days the run trains" in doc["b"]["cost_note"]
+    assert "cost_note" not in doc["a"]
+    assert json_problems(doc) == []
+    table = runner.invoke(app, ["compare", str(plans[0]), str(older)], terminal_width=200)
+    assert "B's GPU-hours and cost: this plan file was written before" in " ".join(
+        table.stdout.split())

@@ -342,6 +342,38 @@ def _absent_notes(sources: dict[str, tuple[Any, str]]) -> dict[str, str]:
             for key, (value, field) in sources.items() if value is None}
 
 
+def _plan_cost(document: dict[str, Any], optimum: dict[str, Any], envelope: dict[str, Any],
+               price: float | None, own_price: float | None) -> dict[str, Any]:
+    """A plan side's GPU-hours and cost as the plan costs them (plan.cost.days_cost): of the
+    days its candidate trains (``train_days``: fewer than the window's where D is held at
+    tpp_max and the run stops early; compare costed a 1 M USD budget plan whose run stops
+    after 5.6 of 65.1 days at the whole 1 M, where plan says 86k), the window's beside
+    them; a plan file written before plans recorded those days is costed at its whole
+    window, with a note where its run may stop early."""
+    from mosaic.plan.cost import days_cost
+
+    gpus, days = envelope.get("n_devices"), envelope.get("days")
+    if not isinstance(gpus, int) or days is None:  # an edited plan: the envelope's own hours
+        hours = envelope.get("gpu_hours")
+        return {"gpu_hours": hours,
+                "cost": None if price is None or hours is None else hours * price}
+    train_days = optimum.get("train_days")
+    # the window's cost as the plan stated it (its dollar budget) where priced alike
+    stated = document.get("window_cost_usd") if price == own_price else None
+    cost = days_cost(gpus, days, train_days, price,
+                     window_gpu_hours=envelope.get("gpu_hours"), window_cost_usd=stated)
+    side: dict[str, Any] = {"gpu_hours": cost.gpu_hours, "cost": cost.cost_usd,
+                            "cost_days": cost.train_days}
+    if cost.ends_early:
+        side |= {"window_gpu_hours": cost.window_gpu_hours,
+                 **({} if cost.window_cost_usd is None else {"window_cost": cost.window_cost_usd})}
+    if train_days is None and optimum.get("tpp_capped") is not False:
+        side["cost_note"] = ("this plan file was written before plans recorded the days the "
+                             "run trains (train_days): costed at its whole window, more than "
+                             "a run that stops early at tpp_max pays; rerun `mosaic plan`")
+    return side
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -372,10 +404,10 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     _check_plan_ranges(path, optimum, envelope)
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
-    gpu_hours = envelope.get("gpu_hours")
     own_price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
     if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
         price = own_price
+    cost = _plan_cost(document, optimum, envelope, price, own_price)
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
     capacity_from = "optimum_step.capacity_bytes or envelope.hbm_bytes_per_device"
     fraction = (envelope.get("memory_headroom") or {}).get("usable_memory_fraction")
@@ -444,8 +476,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "loss": optimum.get("loss"),
         "law_extrapolation": [f.get("message", "") for f in
                               ((optimum.get("extrapolation") or {}).get("flags") or [])],
-        "gpu_hours": gpu_hours, "price_per_gpu_hour": price,
-        "cost": None if price is None or gpu_hours is None else gpu_hours * price,
+        "price_per_gpu_hour": price, **cost,
         # a plan file holds its optimum's breakdowns only: a ranked candidate (#N) has none
         "breakdown_s": step.get("breakdown_s") if step else None,
         "memory_breakdown_bytes": step.get("memory_breakdown_bytes") if step else None,

@@ -86,22 +86,40 @@ def check_price(price_per_gpu_hour: float | None,
 def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None,
              train_days: float | None = None) -> RunCost:
     """The cost of ``train_days`` of the envelope's window (None: all of it) on its GPUs,
-    and of the whole window; the one place a plan's cost is derived."""
+    and of the whole window (:func:`days_cost`)."""
     # the command notes a likely per-node price once, where it reads it
     price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node, note=False)
-    window_hours = envelope.gpu_hours
-    days = envelope.days if train_days is None else min(float(train_days), envelope.days)
-    hours = envelope.n_devices * days * HOURS_PER_DAY
     budget = envelope.dollar_budget
-    window_cost = None if price is None else window_hours * price
+    window_cost = None
     if (budget is not None and envelope.window_from_budget
             and price == budget.price_usd_per_gpu_hour):
         # the window is the budget's: its cost is the budget, not the round trip's
         # 999,999.9999 (a trial)
         window_cost = budget.usd
-    cost = (window_cost if days == envelope.days or price is None else hours * price)
-    return RunCost(hours if days < envelope.days else window_hours, price, cost, days,
-                   window_hours, window_cost, None if budget is None else budget.usd)
+    return days_cost(envelope.n_devices, envelope.days, train_days, price,
+                     window_gpu_hours=envelope.gpu_hours, window_cost_usd=window_cost,
+                     budget_usd=None if budget is None else budget.usd)
+
+
+def days_cost(n_devices: int, window_days: float, train_days: float | None,
+              price_usd_per_gpu_hour: float | None, *,
+              window_gpu_hours: float | None = None, window_cost_usd: float | None = None,
+              budget_usd: float | None = None) -> RunCost:
+    """The one place a plan's cost is derived, from its numbers (an envelope's, or a plan
+    file's that `compare` reads): ``train_days`` of a ``window_days`` window (None: all of
+    it) on ``n_devices`` GPUs, and the whole window beside it; ``window_gpu_hours`` and
+    ``window_cost_usd``, where given, are the window's as the plan stated them (its
+    dollar budget), else N_dev · T_train and that times the price."""
+    window_hours = (n_devices * window_days * HOURS_PER_DAY if window_gpu_hours is None
+                    else window_gpu_hours)
+    days = window_days if train_days is None else min(float(train_days), window_days)
+    hours = n_devices * days * HOURS_PER_DAY
+    price = price_usd_per_gpu_hour
+    window_cost = (None if price is None else
+                   window_hours * price if window_cost_usd is None else window_cost_usd)
+    cost = (window_cost if days == window_days or price is None else hours * price)
+    return RunCost(hours if days < window_days else window_hours, price, cost, days,
+                   window_hours, window_cost, budget_usd)
 
 
 def plan_cost(result: PlanResult, price_per_gpu_hour: float | None = None) -> RunCost:

@@ -235,6 +235,8 @@ def footnotes(document: dict[str, Any]) -> list[str]:
         lines.append("(no fit): the job does not fit its GPUs' usable memory (out of memory, "
                      "or over the planning headroom: memory per GPU above); its tokens and "
                      "loss are what it would reach if it ran")
+    for name, side in (("A", a), ("B", b)):
+        lines += _cost_days_lines(name, side, document["currency"])
     if document.get("assumed"):
         lines.append("Assumed where not given: " + "; ".join(document["assumed"]))
     replaced = [f"{name}'s own {side['replaced_price_per_gpu_hour']:g}"
@@ -244,6 +246,21 @@ def footnotes(document: dict[str, Any]) -> list[str]:
         lines.append(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
                      "GPU-hour: the sides are costed at the price given")
     return lines
+
+
+def _cost_days_lines(name: str, side: dict[str, Any], currency: str) -> list[str]:
+    """What a plan side's GPU-hours and cost count: the days its run trains where it stops
+    early at tpp_max (plan.cost.days_cost), with the whole window's beside them; or why a
+    plan file written before those days were recorded is costed at its window."""
+    if side.get("cost_note"):
+        return [f"{name}'s GPU-hours and cost: {side['cost_note']}"]
+    if side.get("window_gpu_hours") is None or side.get("cost_days") is None:
+        return []
+    window = side.get("window_cost")
+    return [f"{name}'s GPU-hours and cost count the {side['cost_days']:.3g} days its run "
+            f"trains (D held at tpp_max), not its {side['days']:.3g}-day window "
+            f"({side['window_gpu_hours']:,.0f} GPU-hours"
+            + ("" if window is None else f", {window:,.0f} {currency}") + ")"]
 
 
 def sides_have_breakdowns(a: dict[str, Any], b: dict[str, Any]) -> bool:
