@@ -401,3 +401,24 @@ def test_a_sweeps_node_price_note_divides_by_its_own_node_types_gpus(sweep):
     said = [str(note.message) for note in notes if "a node's price?" in str(note.message)]
     assert said and all(m.endswith("divided by its 4 GPUs it is 24.5") for m in said)
     assert len(said) == 1  # once, not again by each point's cost
+
+
+def test_the_cheapest_budget_whose_run_stops_early_says_the_days_it_trains():
+    """A budget whose optimum is held at tpp_max is costed at the days it trains, and the
+    table says so beside its GPU-hours (the window's were printed)."""
+    args = ["plan", "--nodes", "1", "--days", "2", "--q", "4", "--experts", "8", "--top-k",
+            "1", "--split-factor", "1", "--s-min", "0.5", "--workers", "1",
+            "--target-loss", "1.803", "--cheapest-nodes", "1", "--cheapest-days", "2,4,8",
+            "--price-per-gpu-hour", "3"]
+    doc = run_json(*args)
+    choice = doc["cheapest"]["choice"]
+    assert choice["cost_days"] < choice["days"]
+    assert choice["gpu_hours"] == pytest.approx(8 * choice["cost_days"] * 24)
+    assert choice["cost_usd"] == pytest.approx(choice["gpu_hours"] * 3)
+    eight = next(o for o in doc["cheapest"]["options"] if o["days"] == 8)
+    assert eight["gpu_hours"] < 8 * 8 * 24
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert f"the {choice['cost_days']:.3g} days the run trains" in text
+    assert f"({eight['cost_days']:.3g} days trained)" in text

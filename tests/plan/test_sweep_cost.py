@@ -259,3 +259,27 @@ def test_a_cluster_that_fails_faster_than_it_checkpoints_is_one_untrainable_swee
 
     with pytest.raises(MosaicInputError, match="Young-Daly goodput is 0 on 16 GPUs"):
         search(failing.with_budget(n_nodes=2), SPACE, law, calibration, workers=1)
+
+
+def test_a_budget_whose_run_stops_early_is_costed_at_the_days_it_trains(one_node, law,
+                                                                      calibration):
+    """The cheapest-plan search costed every budget at its whole window, where `plan` costs
+    a run whose D is held at tpp_max at the days it trains: one model (q=4, E=8) reaches its
+    cap after ~3.1 days, so the 4- and 8-day windows train as long and cost the same."""
+    space = SearchSpace(q=(4,), experts=(8,), top_k=(1,), split_factor=(1,), s_min=0.5)
+    cheapest = cheapest_plan(one_node, space, law, calibration, target_loss=1.803, nodes=[1],
+                             days=[2, 4, 8], price_per_gpu_hour=3.0, workers=1)
+    early = [o for o in cheapest.options if o.result.optimum_index is not None
+             and o.result.tpp_capped[o.result.optimum_index]]
+    assert {o.days for o in early} >= {4.0, 8.0}
+    for option in early:
+        trained = option.result.train_days(option.result.optimum_index)
+        assert trained < option.days
+        assert option.cost.gpu_hours == pytest.approx(8 * trained * 24)
+        assert option.cost.cost_usd == pytest.approx(8 * trained * 24 * 3.0)
+        assert option.cost.window_gpu_hours == pytest.approx(8 * option.days * 24)
+    choice = cheapest.choice
+    assert choice is not None and choice.cost.ends_early
+    # the shortest of the windows that train alike is named
+    assert choice.days == min(o.days for o in early)
+    assert choice.cost.gpu_hours == pytest.approx(min(o.cost.gpu_hours for o in early))

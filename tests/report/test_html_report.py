@@ -865,6 +865,21 @@ def test_plan_page_gives_the_cheapest_budget_as_the_terminal_does(tmp_path):
         assert text in page, text
 
 
+def test_plan_page_says_the_cheapest_budget_trains_fewer_days_than_its_window(tmp_path):
+    """A cheapest budget whose optimum is held at tpp_max is costed at the days it trains:
+    the page says those days beside its GPU-hours, as the terminal does."""
+    html = tmp_path / "plan.html"
+    args = ["plan", "--nodes", "1", "--days", "2", "--q", "4", "--experts", "8", "--top-k",
+            "1", "--split-factor", "1", "--s-min", "0.5", "--workers", "1",
+            "--target-loss", "1.803", "--cheapest-nodes", "1", "--cheapest-days", "2,4,8",
+            "--price-per-gpu-hour", "3"]
+    choice = json.loads(invoke(*args, "--json", "--html", str(html)))["cheapest"]["choice"]
+    assert choice["cost_days"] < choice["days"]
+    page = " ".join(re.sub(r"<[^>]+>", " ", html.read_text()).split())
+    assert (f"{choice['gpu_hours']:,.0f} GPU-hours, {choice['cost_usd']:,.0f} USD (of the "
+            f"{choice['cost_days']:.3g} days it trains)") in page
+
+
 def test_plan_page_repeats_the_law_fits_caveats(plan_files):
     """Every --law command warns of a law whose fit left coefficients on their bounds or held
     nothing out; the page of a plan on such a law (a tiny ladder's fit) did not say so."""

@@ -306,10 +306,12 @@ def print_cheapest(document: dict[str, Any]) -> None:
         print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}",
                               rows)
         return
+    # as the envelope's rows: the days the run trains where it stops early at tpp_max
+    hours, priced = cost_text(choice, choice["days"])
     rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:.4g} days"),
-            ("GPU-hours", f"{choice['gpu_hours']:,.0f}")]
-    if choice["cost_usd"] is not None:
-        rows.append(("cost (USD)", f"{choice['cost_usd']:,.0f}"))
+            ("GPU-hours", hours)]
+    if priced is not None:
+        rows.append(("cost (USD)", priced))
     optimum = choice["optimum"]
     rows += [("optimum loss", f"{choice['loss']:.4f}"),
              ("geometry", f"{geometry_label(optimum)} S={optimum['sparsity']:.4f}")]
@@ -335,11 +337,18 @@ def _print_budget_options(document: dict[str, Any]) -> None:
     print_table("Budgets evaluated",
                 ["nodes", "days", "GPU-hours", *(["cost (USD)"] if priced else []),
                  "optimum loss", "reaches"],
-                [[str(o["nodes"]), f"{o['days']:.4g}", f"{o['gpu_hours']:,.0f}",
+                [[str(o["nodes"]), f"{o['days']:.4g}", f"{o['gpu_hours']:,.0f}" + (
+                    f" ({o['cost_days']:.3g} days trained)" if _ends_early(o) else ""),
                   *([f"{o['cost_usd']:,.0f}"] if priced else []),
                   "-" if o["loss"] is None else f"{o['loss']:.4f}",
                   "yes" if o["loss"] is not None and o["loss"] <= target else "no"]
                  for o in options])
+
+
+def _ends_early(option: dict[str, Any]) -> bool:
+    """A budget whose optimum stops before its window ends (D held at tpp_max): its
+    GPU-hours count the days it trains (plan.cost.plan_cost)."""
+    return option.get("cost_days", option["days"]) < option["days"]
 
 
 def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None = None

@@ -4,11 +4,15 @@ GPU-hours = N_dev · T / 3600 (allocated time, whatever the goodput), where T is
 plan's run takes: the window T_train, or less when its D is held at tpp_max and the run
 ends early (the window's GPU-hours are kept beside them); cost in USD =
 GPU-hours · price in USD per GPU-hour (prices are taken to be USD, as cloud list prices are
-quoted, and every output names the currency). The cheapest plan for a target loss L is the budget
-(nodes × days) of the smallest GPU-hours, among a given set, whose MOSAIC optimum has
-predicted loss ≤ L; budgets of equal GPU-hours go to the lower loss, then the shorter
-window, then fewer nodes (128 nodes x 30 days and 64 x 60 cost the same; the longer window
-trains more tokens per parameter on fewer GPUs and can reach a lower loss).
+quoted, and every output names the currency). The cheapest plan for a target loss L is the
+budget (nodes × days) of the smallest GPU-hours (of the days its optimum trains, as `plan`
+costs it), among a given set, whose MOSAIC optimum has predicted loss ≤ L; budgets of equal
+GPU-hours go to the lower loss, then the shorter window, then fewer nodes (128 nodes x 30
+days and 64 x 60 cost the same; the longer window trains more tokens per parameter on fewer
+GPUs and can reach a lower loss). Stopping a run once its loss reaches L is not modelled:
+the law gives the final loss of a run whose WSD schedule decays to zero over its last 20% of
+D (paper App. A.2), not its loss part-way, so a shorter run is a shorter window, which the
+search tries (:func:`refined_windows`).
 """
 
 from __future__ import annotations
@@ -281,10 +285,13 @@ def cheapest_plan(
         between = refined_windows([(r.envelope.days, _loss(r)) for r in results],
                                   target_loss)
         results += [at(d) for d in between]
+        # each budget costs what `plan` costs it: the days its optimum trains (a window
+        # whose optimum is held at tpp_max stops early, as it would under `plan --days`)
         options += [BudgetOption(cluster.n_nodes, r.envelope.days,
-                                 run_cost(r.envelope, price_per_gpu_hour), r)
+                                 plan_cost(r, price_per_gpu_hour), r)
                     for r in results]
-    # equal GPU-hours cost the same: the lower loss first, then the shorter window
+    # equal GPU-hours cost the same: the lower loss first, then the shorter window (windows
+    # whose optimum stops early at the same tpp_max cap cost alike: the shortest is named)
     options.sort(key=lambda o: (o.cost.gpu_hours, math.inf if o.loss is None else o.loss,
                                 o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
