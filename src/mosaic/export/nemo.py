@@ -219,7 +219,9 @@ def hybrid_pattern_fields(spec: ExportSpec) -> dict[str, Any]:
 
 def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     """A hybrid model's provider fields (Megatron-Bridge MambaModelProvider,
-    src/megatron/bridge/models/mamba/mamba_provider.py: hybrid_override_pattern, the only
+    src/megatron/bridge/models/mamba/mamba_provider.py; at 067f987 a subclass of
+    models/hybrid/hybrid_provider.py's HybridModelProvider, which holds the fields and the
+    vpp assert: hybrid_override_pattern, the only
     spelling at v0.3.0 (NeMo 26.02) and still accepted, deprecated, at v0.5.1 beside
     hybrid_layer_pattern; the Mamba mixer's dimensions, as its Nemotron-H and Nemotron 3
     recipes set them)."""
