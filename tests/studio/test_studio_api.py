@@ -89,6 +89,8 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
     ("hardware.system", "0", "unknown system '0': known systems are"),
     ("hardware.system", "1e3", "unknown system '1e3': known systems are"),
     ("performance.stack", "1e3", "stack '1e3': unknown; known stacks"),
+    # the job schema's "job: unknown device ..." was in the general line, beside no field
+    ("hardware.gpu", "B2OO", "unknown device 'B2OO'"),
     ("ladder.q", "0", "1..819"),
     ("ladder.split_factor", "7", "divisor of d_ff"),
 ])
@@ -99,8 +101,23 @@ def test_errors_name_the_field(studio, field, value, words):
     assert words in body["errors"][field]
 
 
-@pytest.mark.parametrize("field", ["hardware.system", "performance.stack", "ladder.q",
-                                   "parallelism.dispatcher"])
+@pytest.mark.parametrize(("changes", "field", "words"), [
+    ({"hardware.gpu": "B2OO", "hardware.system": "DGX-B200"}, "hardware.gpu",
+     "unknown device 'B2OO'"),
+    ({"hardware.gpu": "B200", "hardware.system": "B2OO"}, "hardware.system",
+     "unknown system 'B2OO'"),
+])
+def test_an_unknown_catalog_name_is_beside_its_field_with_both_given(studio, changes, field,
+                                                                     words):
+    """With both hardware fields given, the job schema resolves them ('job: unknown ...'):
+    the message is beside the field whose name the catalog lacks, not the general line."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, **changes}})
+    assert status == 422 and list(body["errors"]) == [field], body
+    assert words in body["errors"][field]
+
+
+@pytest.mark.parametrize("field", ["hardware.system", "hardware.gpu", "performance.stack",
+                                   "ladder.q", "parallelism.dispatcher"])
 def test_a_long_field_value_is_not_echoed_whole(studio, field):
     """A 200,000-character node type came back whole in the 422 message (a trial): the
     message shows its start and its length."""

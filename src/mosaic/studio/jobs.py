@@ -195,7 +195,11 @@ _NAMED_STACKS = tuple(name for name in known_stacks() if name != "other")
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
                                        "sequence_parallel", "sharding",
                                        *map(re.escape, _NAMED_STACKS))) + r")\b")
-_UNKNOWN = re.compile(r"^unknown (\w+) ")
+# 'unknown system ...' (where the cluster is built) or 'job: unknown device ...' (the job
+# schema's hardware.gpu, hardware.default_systems.resolve_system); a catalog kind by the
+# form field that names it (a trial found an unknown hardware.gpu in the general line)
+_UNKNOWN = re.compile(rf"^(?:{WHERE}: )?unknown (\w+) ")
+_KIND_FIELD = {"device": "gpu"}
 
 
 def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
@@ -249,8 +253,9 @@ def _pattern_field(message: str, form_keys: set[str]) -> str | None:
     ...", or too many devices (the node count); None for none of them."""
     for pattern in (_UNKNOWN, _NAMED_VALUE):
         named = pattern.match(message)
-        key = None if named is None else next(
-            (k for k in sorted(form_keys) if k.endswith("." + named.group(1))), None)
+        field = None if named is None else _KIND_FIELD.get(named.group(1), named.group(1))
+        key = None if field is None else next(
+            (k for k in sorted(form_keys) if k.endswith("." + field)), None)
         if key is not None:
             return key
     if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
