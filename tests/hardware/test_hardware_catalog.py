@@ -536,6 +536,25 @@ def test_another_input_given_as_a_catalog_is_named(tmp_path: Path, text: str, wo
 
 
 @pytest.mark.parametrize(("text", "words"), [
+    # a HuggingFace config.json said "Extra inputs are not permitted" once for each key
+    ('{"architectures": ["X"], "model_type": "llama", "hidden_size": 4096, "vocab_size": 8}',
+     "has neither a 'devices:' nor a 'systems:' list, so it is not a hardware catalog"),
+    ("foo: 1\n", "has neither a 'devices:' nor a 'systems:' list"),
+])
+def test_a_mapping_with_neither_list_is_said_in_one_line(tmp_path: Path, text: str,
+                                                         words: str) -> None:
+    with pytest.raises(MosaicInputError, match=re.escape(words)) as refused:
+        load_catalog(_write(tmp_path, text, "config.json"), override=True)
+    assert "Extra inputs" not in str(refused.value)
+
+
+def test_a_misspelt_list_alone_is_still_told_the_list_it_means(tmp_path: Path) -> None:
+    """'device:' with no other key is a misspelling, not another file: the suggestion stays."""
+    with pytest.raises(MosaicInputError, match="did you mean 'devices'"):
+        load_catalog(_write(tmp_path, "device: []\n"), override=True)
+
+
+@pytest.mark.parametrize(("text", "words"), [
     ("devices: [1]\n", "device (entry 1): field '(whole entry)': each device must be a "
                        "mapping of fields (name, vendor, peak_flops_per_s, ...; "
                        "docs/hardware.md) (got 1)"),

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import LIMITS, shown_number
 from mosaic.output_kinds import output_command
 from mosaic.schema_validation import parse_yaml, read_text
@@ -234,6 +234,19 @@ def read_catalog_file(path: Path) -> CatalogFile:
                 else "a job file (perf, layouts and explain read it)")
         raise MosaicInputError(f"{path}: {kind}, not a hardware catalog, which holds "
                                "'devices:' and/or 'systems:' lists (docs/hardware.md)")
+    lists = list(CatalogFile.model_fields)
+    if raw and not set(lists) & set(raw) and not any(
+            difflib.get_close_matches(str(key), lists, n=1) for key in raw):
+        # neither list, nor a misspelling of one ('device:' is told "did you mean 'devices'?"
+        # below): a HuggingFace config.json answered "Extra inputs are not permitted" once
+        # for each of its keys (a trial)
+        keys = ", ".join(shown(str(key)) for key in list(raw)[:3])
+        keys += f" and {len(raw) - 3:,} more" if len(raw) > 3 else ""
+        hf = (f"; a HuggingFace config.json (model_type {shown(raw['model_type'])}) is "
+              "read with --model" if "model_type" in raw else "")
+        raise MosaicInputError(f"{path}: has neither a 'devices:' nor a 'systems:' list, so it "
+                               f"is not a hardware catalog (docs/hardware.md); its keys: "
+                               f"{keys}{hf}")
     try:
         return CatalogFile.model_validate(raw)
     except ValidationError as exc:
