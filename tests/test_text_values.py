@@ -28,8 +28,16 @@ def test_a_name_list_is_read_like_a_number_list_and_checked_against_what_is_allo
     with pytest.raises(MosaicInputError, match="--ops is empty"):
         parse_names("--ops", ",")
     with pytest.raises(MosaicInputError,
-                       match=r"--dtypes 'bf16,fp7': unknown fp7; allowed: bf16, fp8"):
+                       match=r"--dtypes 'bf16,fp7': unknown 'fp7'; allowed: bf16, fp8"):
         parse_names("--dtypes", "bf16,fp7", ("bf16", "fp8"))
+
+
+@pytest.mark.parametrize("text", ["x" * 5000, ",".join(f"n{i:04}" for i in range(1000))])
+def test_unknown_names_are_shown_by_their_start_and_a_count(text):
+    """The unknown names were listed whole: a 5,000-character name, or a thousand names."""
+    with pytest.raises(MosaicInputError) as refused:
+        parse_names("--dtypes", text, ("bf16", "fp8"))
+    assert len(str(refused.value)) < 300, str(refused.value)[:300]
 
 
 def test_calibrate_fit_and_layout_sharding_lists_refuse_a_gap():

@@ -19,6 +19,9 @@ def _csv(option: str, text: str) -> list[str]:
     return [part for part in parts if part]
 
 
+MAX_NAMES_SHOWN = 5  # of the unknown names a message lists
+
+
 def parse_names(option: str, text: str, allowed: Sequence[str] | None = None
                 ) -> tuple[str, ...]:
     """'bf16,fp8' -> ('bf16', 'fp8'), each once and in order; one line names the option
@@ -28,7 +31,12 @@ def parse_names(option: str, text: str, allowed: Sequence[str] | None = None
         raise MosaicInputError(f"{option} is empty; give at least one name")
     unknown = [name for name in names if allowed is not None and name not in allowed]
     if unknown:
-        raise MosaicInputError(f"{option} {shown(text)}: unknown {', '.join(unknown)}; allowed: "
+        # each name as the user typed it, shown by its start and length when long, and the
+        # first few of many (a 5,000-character name was echoed whole; a trial)
+        named = ", ".join(shown(name) for name in unknown[:MAX_NAMES_SHOWN])
+        named += (f" and {len(unknown) - MAX_NAMES_SHOWN:,} more"
+                  if len(unknown) > MAX_NAMES_SHOWN else "")
+        raise MosaicInputError(f"{option} {shown(text)}: unknown {named}; allowed: "
                                f"{', '.join(allowed or ())}")
     return names
 

@@ -548,6 +548,19 @@ def test_a_mapping_with_neither_list_is_said_in_one_line(tmp_path: Path, text: s
     assert "Extra inputs" not in str(refused.value)
 
 
+@pytest.mark.parametrize("change", [
+    ("vendor: Acme", "vendor: Acme\n    architecture: " + "x" * 5000),  # (got {input})
+    ("name: MyAccel-1", "name: " + "x" * 5000 + "\n    architecture: nope"),  # its label
+])
+def test_a_long_catalog_value_is_shown_by_its_start_and_length(tmp_path: Path,
+                                                               change: tuple[str, str]) -> None:
+    """The schema echoed a bad value and an entry's name whole (mosaic.errors.shown)."""
+    with pytest.raises(MosaicInputError) as refused:
+        load_catalog(_write(tmp_path, _MY_DEVICE.replace(*change)), override=True)
+    message = str(refused.value)
+    assert "(5,000 characters)" in message and len(message) < 600, message[:300]
+
+
 def test_a_misspelt_list_alone_is_still_told_the_list_it_means(tmp_path: Path) -> None:
     """'device:' with no other key is a misspelling, not another file: the suggestion stays."""
     with pytest.raises(MosaicInputError, match="did you mean 'devices'"):

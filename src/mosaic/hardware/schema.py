@@ -265,7 +265,7 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         entries = raw.get(loc[0])
         entry = entries[loc[1]] if isinstance(entries, list) else None
         name = entry.get("name") if isinstance(entry, dict) else None
-        label = f"{kind} {name!r}" if isinstance(name, str) else kind
+        label = f"{kind} {shown(name)}" if isinstance(name, str) else kind
         where = f"{label} (entry {loc[1] + 1})"
         loc = loc[2:]
     message = error["msg"].removeprefix("Value error, ")
@@ -290,7 +290,7 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
     if error["type"] not in ("missing", "extra_forbidden") and not isinstance(
         error.get("input"), dict | list
     ):
-        message += f" (got {error.get('input')!r})"
+        message += f" (got {shown(error.get('input'))})"
     # a key left empty ('hbm_bytes:' or 'value:' with nothing after it: YAML's null, which
     # no required field takes) is as good as missing
     empty = error["type"].endswith("_type") and error.get("input") is None
