@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 
 @dataclass(frozen=True)
@@ -126,26 +126,26 @@ def check_range(field: str, value: float | int, kind: str, *, integer: bool = Fa
     span = f"({_fmt(lo)}, {_fmt(hi)}]" if above_low else f"{_fmt(lo)}..{_fmt(hi)}"
     allowed = f"{'an integer' if integer else 'a number'} in {span}"
     if not is_number(value):
-        raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
+        raise MosaicInputError(f"{field}: got {shown(value)}; allowed: {allowed}")
     if integer and not isinstance(value, int) and not (
             math.isfinite(value) and float(value).is_integer()):
-        raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
+        raise MosaicInputError(f"{field}: got {shown(value)}; allowed: {allowed}")
     finite = isinstance(value, int) or math.isfinite(value)
     if not finite or not lo <= value <= hi or (above_low and value == lo):
-        shown = shown_number(value)
+        number = shown_number(value)
         # the range's reason, where the range is the kind's own (a narrowed one has its own)
         why = f" ({bounds.why})" if finite and value > hi and high is None else ""
-        raise MosaicInputError(f"{field}: got {shown}; allowed: {allowed}{why}")
+        raise MosaicInputError(f"{field}: got {number}; allowed: {allowed}{why}")
 
 
 def require_finite(field: str, value: float, *, positive: bool = False) -> float:
     """``value`` as a float, or a one-line error if it is NaN/inf (or not > 0 if asked)."""
     if not is_number(value):
-        raise MosaicInputError(f"{field}: got {value!r}; allowed: a finite number")
+        raise MosaicInputError(f"{field}: got {shown(value)}; allowed: a finite number")
     number = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
     if not math.isfinite(number) or (positive and number <= 0):
         what = "a finite number > 0" if positive else "a finite number"
-        raise MosaicInputError(f"{field}: got {value!r}; allowed: {what}")
+        raise MosaicInputError(f"{field}: got {shown(value)}; allowed: {what}")
     return number
 
 

@@ -213,7 +213,7 @@ class NoBooleanNumbers(BaseModel):
             if (any(isinstance(v, bool) for v in values)
                     and _mentions(field.annotation, (int, float))
                     and not _mentions(field.annotation, (bool,))):
-                raise ValueError(f"{name}: got {value!r}; expected a number, not a boolean")
+                raise ValueError(f"{name}: got {shown(value)}; expected a number, not a boolean")
         return data
 
 
@@ -251,7 +251,7 @@ class SafeLoader(_FastSafeLoader):  # type: ignore[misc, valid-type]
                     continue  # an unhashable key is refused by check_document_shape
                 if duplicate:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} given twice in one mapping",
+                        None, None, f"key {shown(key)} given twice in one mapping",
                         key_node.start_mark)
                 seen.add(key)
             node._mosaic_keys_checked = True  # an anchored mapping is flattened in place once
@@ -290,7 +290,7 @@ def int_from_text(text: str) -> int:
     ValueError otherwise."""
     stripped = text.strip()
     if not _INT_TEXT.match(stripped):
-        raise ValueError(f"not an integer: {text!r}")
+        raise ValueError(f"not an integer: {shown(text)}")
     return int(stripped, 10)
 
 
@@ -299,7 +299,7 @@ def float_from_text(text: str) -> float:
     Python's 'inf'/'nan' spellings, which callers range-check."""
     stripped = text.strip()
     if not (_FLOAT_TEXT.match(stripped) or stripped.lower().lstrip("+-") in ("inf", "nan")):
-        raise ValueError(f"not a number: {text!r}")
+        raise ValueError(f"not a number: {shown(text)}")
     lowered = stripped.lower()
     return float(lowered.replace(".inf", "inf").replace(".nan", "nan"))  # YAML's .inf
 
@@ -397,7 +397,7 @@ def parse_json(text: str | bytes, where: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except _RepeatedKeyError as exc:
-        raise MosaicInputError(f"{where}: key {exc.args[0]!r} appears twice in one object, "
+        raise MosaicInputError(f"{where}: key {shown(exc.args[0])} appears twice in one object, "
                                "with two values; JSON readers keep the last silently, so say "
                                "it once") from None
     except json.JSONDecodeError as exc:

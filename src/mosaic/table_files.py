@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.schema_validation import MAX_FILE_BYTES
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
-        raise MosaicInputError(f"{what} {path}: unknown extension {suffix!r}; allowed: "
+        raise MosaicInputError(f"{what} {path}: unknown extension {shown(suffix)}; allowed: "
                                f"{', '.join(TABLE_SUFFIXES)}")
     try:
         if not path.is_file():
@@ -119,7 +119,7 @@ def _refuse_repeated_names(path: Path, what: str) -> None:
     seen: dict[str, int] = {}
     for index, name in enumerate(header, start=1):
         if name in seen and name != "":
-            raise MosaicInputError(f"{what} {path}: the header names column {name!r} twice "
+            raise MosaicInputError(f"{what} {path}: the header names column {shown(name)} twice "
                                    f"(columns {seen[name]} and {index}); allowed: each name "
                                    "once (rename or drop one)")
         seen.setdefault(name, index)
@@ -134,8 +134,8 @@ def bad_row_error(what: str, frame: pd.DataFrame, column: str, bad: Any,
 
     row = int(np.flatnonzero(np.asarray(bad, dtype=bool))[0])
     value = frame[column].iloc[row]
-    shown = value.item() if hasattr(value, "item") else value
-    return MosaicInputError(f"{what} row {row + 1}: {column}={shown!r}; allowed: {allowed}")
+    item = value.item() if hasattr(value, "item") else value
+    return MosaicInputError(f"{what} row {row + 1}: {column}={shown(item)}; allowed: {allowed}")
 
 
 def float_column(raw: pd.Series) -> Any:

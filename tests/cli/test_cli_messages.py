@@ -1,6 +1,7 @@
 """One-line messages a new user meets: the version, range errors that name the right
 quantity, and the way out of a calibration without cross-validation groups."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,11 @@ from typer.testing import CliRunner
 from mosaic import __version__
 from mosaic.cli.main import app
 from mosaic.errors import MosaicInputError
+from mosaic.hardware.device import normalize_dtype
+from mosaic.limits import check_range
+from mosaic.perf.collectives import bus_factor
+from mosaic.perf.plan import Checkpointing, Sharding
+from mosaic.stacks.registry import check_release
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -444,3 +450,36 @@ def test_an_unparsable_number_is_echoed_as_typed(monkeypatch, capsys, argv, line
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(line) and len(err.splitlines()) == 1
+
+
+
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize("call", [
+    lambda: Sharding.parse(LONG),
+    lambda: Checkpointing.parse(LONG),
+    lambda: normalize_dtype(LONG),
+    lambda: check_range("nodes", LONG, "nodes"),
+    lambda: check_release(LONG, "--release"),
+    lambda: bus_factor(LONG, 8),
+], ids=["sharding", "checkpointing", "dtype", "range", "release", "collective"])
+def test_a_long_value_in_a_library_message_is_shown_by_its_start_and_length(call):
+    """These messages echoed a value the user typed whole (`{value!r}`); mosaic.errors.shown
+    names a long one by its start and length."""
+    with pytest.raises(MosaicInputError) as refused:
+        call()
+    message = str(refused.value)
+    assert "(5,000 characters)" in message and len(message) < 400, message[:200]
+
+
+def test_a_long_value_on_the_command_line_is_shown_by_its_start_and_length(tmp_path):
+    """`--set` and an HF config's hidden_act were echoed whole (a 5,000-character line)."""
+    config = json.loads((EXAMPLES / "hf" / "llama-3-8b.json").read_text())
+    config["hidden_act"] = LONG
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for args in (["perf", str(EXAMPLES / "q12_moe.yaml"), "--set", LONG],
+                 ["arch", "--model", str(tmp_path / "config.json")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "(5,000 characters)" in result.output, args
+        assert len(result.output) < 600, result.output[:200]

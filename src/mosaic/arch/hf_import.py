@@ -80,7 +80,7 @@ from mosaic.arch.geometry import (
     RouterConfig,
 )
 from mosaic.arch.hf_fields import ConfigFields, ReadTracker, unread_fields
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
@@ -214,7 +214,7 @@ def _router_groups(fields: ConfigFields, model_type: str) -> tuple[int | None, i
         return None, None
     method = fields.config.get("topk_method")
     if method is not None and method not in _TOPK_METHODS:
-        raise MosaicInputError(f"{fields.where}: topk_method {method!r} is not supported; "
+        raise MosaicInputError(f"{fields.where}: topk_method {shown(method)} is not supported; "
                                f"allowed: {', '.join(_TOPK_METHODS)}")
     defaults = _GROUP_DEFAULTS[model_type]
     if defaults is None:
@@ -238,8 +238,8 @@ def _router(fields: ConfigFields, model_type: str) -> RouterConfig:
     stated = fields.config.get("scoring_func")
     if stated is not None and model_type in ("deepseek_v2", "deepseek_v3"):
         if stated not in ("softmax", "sigmoid"):
-            raise MosaicInputError(f"{fields.where}: scoring_func {stated!r} is not supported; "
-                                   "allowed: softmax, sigmoid")
+            raise MosaicInputError(f"{fields.where}: scoring_func {shown(stated)} is not "
+                                   "supported; allowed: softmax, sigmoid")
         score = stated
     if isinstance(normalize, tuple):
         normalize = fields.bool(*normalize)
@@ -262,7 +262,7 @@ def _gated_activation(fields: ConfigFields) -> str:
     act = fields.config.get("hidden_act", "silu")
     if act not in ("silu", "swish", "gelu", "gelu_pytorch_tanh"):
         raise MosaicInputError(
-            f"{fields.where}: hidden_act {act!r} is not supported; allowed: silu, swish, gelu")
+            f"{fields.where}: hidden_act {shown(act)} is not supported; allowed: silu, swish, gelu")
     if fields.bool("mlp_bias", False):
         raise MosaicInputError(f"{fields.where}: mlp_bias=true is not supported (FFN biases)")
     return "swiglu" if act in ("silu", "swish") else "geglu"
@@ -500,13 +500,13 @@ def _supported_type(config: Mapping[str, Any], where: str) -> str:
     named = [ARCHITECTURE_TYPES[c] for c in classes if isinstance(c, str)
              and c in ARCHITECTURE_TYPES] if isinstance(classes, list) else []
     if named:
-        warnings.warn(f"{where}: model_type {model_type!r} is read as {named[0]} (its "
+        warnings.warn(f"{where}: model_type {shown(model_type)} is read as {named[0]} (its "
                       f"architectures field names {classes[0] if len(classes) == 1 else classes}"
                       f"); a field it leaves out takes {named[0]}'s default",
                       ModelTypeReadAsWarning, stacklevel=3)
         return named[0]
     raise MosaicInputError(
-        f"{where}: model_type {model_type!r} is not supported; allowed: "
+        f"{where}: model_type {shown(model_type)} is not supported; allowed: "
         f"{', '.join(SUPPORTED_TYPES)} (or a config whose architectures field names one of "
         "their transformers classes)")
 
@@ -643,7 +643,7 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         # gpt-oss's released config.json states both (4 and 4); HF reads num_experts_per_tok
         raise MosaicInputError(
             f"{fields.where}: num_experts_per_tok ({top_k}) and experts_per_token "
-            f"({config['experts_per_token']!r}) disagree; the config states top-k twice")
+            f"({shown(config['experts_per_token'])}) disagree; the config states top-k twice")
     moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
                     expert_bias=True, router_bias=True, router=_router(fields, "gpt_oss"))
     return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe,
@@ -769,7 +769,7 @@ def _require_sigmoid_scores(fields: ConfigFields, family: str, router_class: str
     transformers router (``router_class``) takes sigmoid scores only."""
     scoring = fields.config.get("scoring_func", "sigmoid")
     if scoring != "sigmoid":
-        raise MosaicInputError(f"{fields.where}: scoring_func {scoring!r}: {family}'s router "
+        raise MosaicInputError(f"{fields.where}: scoring_func {shown(scoring)}: {family}'s router "
                                f"takes sigmoid scores ({router_class}); allowed: sigmoid")
 
 
@@ -801,7 +801,7 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
                       "MiniMax-M2 has no shared expert", IgnoredFieldWarning, stacklevel=4)
     span_name = fields.config.get("qk_norm_type", "per_layer")
     if span_name not in MINIMAX_QK_NORM_SPANS:
-        raise MosaicInputError(f"{where}: qk_norm_type {span_name!r}; allowed: "
+        raise MosaicInputError(f"{where}: qk_norm_type {shown(span_name)}; allowed: "
                                f"{', '.join(MINIMAX_QK_NORM_SPANS)}")
     modules = fields.count("num_mtp_modules", 0) if fields.bool("use_mtp", False) else 0
     fields.ignored("num_mtp_modules", "mtp_transformer_layers")
@@ -921,7 +921,7 @@ def _dots1(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
     # blocks by first_k_dense_replace alone
     freq = fields.config.get("moe_layer_freq")
     if freq not in (None, 1):
-        warnings.warn(f"{where}: moe_layer_freq {freq!r} is ignored: transformers' dots.llm1 "
+        warnings.warn(f"{where}: moe_layer_freq {shown(freq)} is ignored: transformers' dots.llm1 "
                       "makes every block from first_k_dense_replace on MoE",
                       IgnoredFieldWarning, stacklevel=4)
     moe = _deepseek_style_moe(fields, "dots1", dense_layers, 1, shared_default=0)
@@ -990,7 +990,7 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
     where = fields.where
     act = fields.config.get("mlp_hidden_act", "relu2")
     if act != "relu2":
-        raise MosaicInputError(f"{where}: mlp_hidden_act {act!r} is not supported; allowed: "
+        raise MosaicInputError(f"{where}: mlp_hidden_act {shown(act)} is not supported; allowed: "
                                "relu2")
     for flag in ("mlp_bias", "use_bias", "mamba_proj_bias", "attention_bias"):
         if fields.bool(flag, False):
@@ -1003,15 +1003,15 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
         # NemotronHConfig.moe_latent_size (LatentMoE, Nemotron 3 Super/Ultra): the experts
         # run at the latent width between fc1_latent_proj and fc2_latent_proj
         raise MosaicInputError(
-            f"{where}: moe_latent_size={fields.config['moe_latent_size']!r} (LatentMoE) is not "
-            "supported: its experts work at the latent width behind d->latent and latent->d "
+            f"{where}: moe_latent_size={shown(fields.config['moe_latent_size'])} (LatentMoE) "
+            "is not supported: its experts work at the latent width behind d->latent and latent->d "
             "projections, which mosaic's MoE geometry cannot hold (counts would be wrong)")
     pattern = fields.config.get("hybrid_override_pattern")
     if pattern is None:
         raise MosaicInputError(f"{where}: missing required field 'hybrid_override_pattern'")
     if not isinstance(pattern, str) or not pattern:
         raise MosaicInputError(f"{where}: hybrid_override_pattern must be a string of layer "
-                               f"symbols (M, *, -, E), got {pattern!r}")
+                               f"symbols (M, *, -, E), got {shown(pattern)}")
     d_model = fields.int("hidden_size")
     moe = None
     if "E" in pattern:
@@ -1162,7 +1162,7 @@ def _bailing_moe_v2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
                                f"({dense_layers} of {layers} blocks)")
     scoring = fields.config.get("score_function", "sigmoid")
     if scoring != "sigmoid":  # BailingMoeV2Gate takes torch.sigmoid whatever it says
-        raise MosaicInputError(f"{where}: score_function {scoring!r}: Ling 2.0's router takes "
+        raise MosaicInputError(f"{where}: score_function {shown(scoring)}: Ling 2.0's router takes "
                                "sigmoid scores (BailingMoeV2Gate); allowed: sigmoid")
     width = fields.int("moe_intermediate_size")
     # a stated null builds no shared MLP (``if config.num_shared_experts is not None``)

@@ -24,7 +24,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.progress import is_quiet
-from mosaic.errors import MosaicInputError, missing_extra
+from mosaic.errors import MosaicInputError, missing_extra, shown
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.text_values import parse_ints, parse_names
 from mosaic.units import GIB, MIB, SECONDS_PER_HOUR
@@ -45,10 +45,10 @@ def parse_bytes(option: str, text: str) -> int:
     match = _SIZE.match(text)
     unit = (match.group(2) or "").upper() if match else ""
     if not match or unit not in _UNITS:
-        raise MosaicInputError(f"{option} {text!r}: expected a size such as 1024, 64MiB, 4GiB")
+        raise MosaicInputError(f"{option} {shown(text)}: expected a size such as 1024, 64MiB, 4GiB")
     size = int(float(match.group(1)) * _UNITS[unit])
     if size < 1:  # 0 skipped every case and exited 0 (a fuzz trial)
-        raise MosaicInputError(f"{option} {text!r}: a size of at least one byte")
+        raise MosaicInputError(f"{option} {shown(text)}: a size of at least one byte")
     return size
 
 
@@ -57,11 +57,12 @@ def parse_duration_s(option: str, text: str) -> float:
     trial's --time-budget 0 measured nothing and left every case for a rerun)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not match:
-        raise MosaicInputError(f"{option} {text!r}: expected seconds or a duration like 8m, 1h")
+        raise MosaicInputError(f"{option} {shown(text)}: expected seconds or a duration like "
+                               "8m, 1h")
     duration_s = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": SECONDS_PER_HOUR}[
         match.group(2)]
     if duration_s <= 0:
-        raise MosaicInputError(f"{option} {text!r}: a duration must be more than 0 s "
+        raise MosaicInputError(f"{option} {shown(text)}: a duration must be more than 0 s "
                                "(leave the option out for no limit)")
     return duration_s
 
@@ -113,7 +114,7 @@ def _refuse_unread_sets(sets: list[str], job: Path | None, shapes_file: Path | N
         read = ("--shapes reads no job file" if shapes_file is not None else
                 f"--preset {preset} reads no job file" if preset is not None else
                 "no job file is read without --job")
-        raise MosaicInputError(f"--set {sets[0]!r}: {read}, so --set would change nothing; "
+        raise MosaicInputError(f"--set {shown(sets[0])}: {read}, so --set would change nothing; "
                                "allowed with --job FILE or --preset paper")
 
 
@@ -125,7 +126,7 @@ def _shapes(job: Path | None, shapes_file: Path | None, preset: str | None,
     if len(given) > 1:
         raise MosaicInputError("give one of --job, --shapes, --preset")
     if preset is not None and preset not in PRESETS:
-        raise MosaicInputError(f"--preset {preset!r}: allowed values are {', '.join(PRESETS)}")
+        raise MosaicInputError(f"--preset {shown(preset)}: allowed values are {', '.join(PRESETS)}")
     _refuse_unread_sets(sets, job, shapes_file, preset)
     if shapes_file is not None:
         return bench_shapes.shapes_from_file(shapes_file)

@@ -396,7 +396,7 @@ def canonical_job_document(document: dict[str, Any], where: str,
             "YAML or a run record (RUNS.yaml#ID)")
     if "model_type" in unknown and "hidden_size" in unknown:  # a HuggingFace config.json
         raise MosaicInputError(
-            f"{where}: a HuggingFace config.json (model_type {document['model_type']!r}), not "
+            f"{where}: a HuggingFace config.json (model_type {shown(document['model_type'])}), not "
             "a job; give it with --model beside a job file (docs/schema.md), or look at the "
             "model alone with `mosaic arch --model`")
     if "run" in unknown:  # the reference trainer's job (run:, optim:, ladder:; docs/train.md)
@@ -406,7 +406,7 @@ def canonical_job_document(document: dict[str, Any], where: str,
             "blocks (docs/schema.md); `mosaic train FILE --perf-job perf.yaml --system NAME` "
             "writes the job that predicts it")
     if unknown:
-        hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
+        hints = [f"{shown(name)} -> did you mean {shown(close[0])}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]
         hint = f" ({'; '.join(hints)})" if hints else ""
         raise MosaicInputError(
@@ -471,22 +471,22 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
         key, sep, raw = item.partition("=")
         parts = tuple(part.strip() for part in key.strip().split("."))
         if not sep or not min_depth <= len(parts) <= 4 or not all(parts):
-            raise MosaicInputError(f"--set {item!r}: expected block.field=value")
+            raise MosaicInputError(f"--set {shown(item)}: expected block.field=value")
         renamed: set[str] = set()
         path, value_rule = canonical_path(parts, rules, renamed)
         used.update(f"--set {label}" for label in renamed)
         if not path:
             continue  # a paper field that is not modelled
         if path[0] not in known:
-            raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
-        value = field_value(path, raw, f"--set {item!r}")
+            raise MosaicInputError(f"--set {shown(item)}: unknown block {shown(parts[0])}")
+        value = field_value(path, raw, f"--set {shown(item)}")
         node = result
         for name in path[:-1]:
             child = node.get(name)
             if child is None:
                 child = node[name] = {}
             if not isinstance(child, dict):
-                raise MosaicInputError(f"--set {item!r}: {name!r} is not a mapping")
+                raise MosaicInputError(f"--set {shown(item)}: {shown(name)} is not a mapping")
             node = child
         node[path[-1]] = value_rule(value) if value_rule else value
     if deprecated is None:
@@ -1158,7 +1158,7 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
         block = override.split("=", 1)[0].split(".", 1)[0].strip()
         if block in KNOWN_BLOCKS and block not in RunRecordEntry.model_fields:
             raise MosaicInputError(
-                f"--set {override!r}: a run record has no {block!r} block; its fields are "
+                f"--set {shown(override)}: a run record has no {block!r} block; its fields are "
                 f"those of the run-record schema (e.g. precision=fp8, parallelism.tp=2, "
                 f"batch.micro_seqs=2; docs/run_records.md)")
     def as_job(entry: dict[str, Any]) -> JobSpec:

@@ -36,7 +36,7 @@ from mosaic.config.blocks import (
     RecomputeName,
     Routing,
 )
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.hardware import list_devices
 from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.perf.pipeline_layout import expand_layout, shape_key
@@ -101,7 +101,7 @@ class RecipeSettings(_Strict):
                 raise ValueError(str(exc)) from None
             chunks = len(expand_layout(text))
             if chunks != pp * vpp:
-                raise ValueError(f"pipeline_layouts[{shape}] {text!r}: {chunks} chunks, not "
+                raise ValueError(f"pipeline_layouts[{shape}] {shown(text)}: {chunks} chunks, not "
                                  f"pp·vpp = {pp * vpp}")
         return value
 
@@ -133,7 +133,7 @@ class _Entry(_Strict):
     @classmethod
     def _known_stack(cls, value: str) -> str:
         if value not in known_stacks():
-            raise ValueError(f"unknown stack {value!r}; known: {', '.join(known_stacks())}")
+            raise ValueError(f"unknown stack {shown(value)}; known: {', '.join(known_stacks())}")
         return value
 
     @field_validator("software_pattern")
@@ -143,7 +143,7 @@ class _Entry(_Strict):
             try:
                 re.compile(value)
             except re.error as exc:
-                raise ValueError(f"software_pattern {value!r}: {exc}") from None
+                raise ValueError(f"software_pattern {shown(value)}: {exc}") from None
         return value
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mosaic.config.job_schema import job_document
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.hardware import get_system
 
 if TYPE_CHECKING:
@@ -44,12 +44,13 @@ def run_record_entry(spec: JobSpec, *, run_id: str, source: str, name: str,
     if precision == "fp8":
         precision = FP8_RECIPE_PRECISION.get(performance.get("fp8_recipe", "delayed"), "fp8")
     if precision not in RECORD_PRECISIONS:
-        raise MosaicInputError(f"run {run_id!r}: precision {precision} has no run record "
+        raise MosaicInputError(f"run {shown(run_id)}: precision {precision} has no run record "
                                f"(allowed: {', '.join(RECORD_PRECISIONS)}): the model prices "
                                "training in a tensor-core precision")
     if not tokens_per_s_per_gpu > 0:
-        raise MosaicInputError(f"run {run_id!r}: tokens/s per GPU {tokens_per_s_per_gpu!r}; "
-                               "a record needs a measured, positive throughput")
+        raise MosaicInputError(f"run {shown(run_id)}: tokens/s per GPU "
+                               f"{shown(tokens_per_s_per_gpu)}; a record needs a measured, "
+                               "positive throughput")
     settings = {k: v for k, v in performance.items()
                 if k in RunRecordEntry.model_fields and k not in _MAPPED}
     left = sorted(k for k, v in performance.items()

@@ -49,7 +49,7 @@ from mosaic.config.layout import (
     with_recipe_mtp_modules,
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
-from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.errors import MosaicInputError, MosaicWarning, shown
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.plan import Checkpointing, ParallelPlans
@@ -102,8 +102,8 @@ class MeasuredEntry(_Strict):
             key = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
             for words, meant in MEMORY_MEASURE_SOURCES.items():
                 if key in words:
-                    raise ValueError(f"{value!r} is measured as {meant!r}: write memory_measure: "
-                                     f"{meant}")
+                    raise ValueError(f"{shown(value)} is measured as {shown(meant)}: write "
+                                     f"memory_measure: {meant}")
         return value
 
 
@@ -577,7 +577,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         "parallelism": layout_parallelism(entry.parallelism, notes)})
     stack = get_stack(entry.stack).name if entry.stack else stack_label(entry.software)
     if stack == OTHER_STACK and entry.stack is None:
-        what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
+        what = "not stated" if entry.software is None else f"{shown(entry.software)} not recognised"
         notes.append(f"software {what}: stack label {OTHER_STACK!r}")
     precision = Precision(precision_lane(entry.precision))
     if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
@@ -592,7 +592,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         # a typo ('25.O9', '25.9') read as no release: the recipes' settings silently left
         # out moved a trial's prediction and memory with no line in validate (a commit or
         # a tag such as core_v0.6.0 is a version, not a mistyped release)
-        warnings.warn(f"{entry.id}: stack_version {entry.stack_version!r} names no YY.MM "
+        warnings.warn(f"{entry.id}: stack_version {shown(entry.stack_version)} names no YY.MM "
                       f"release, so none of {stack}'s release recipes applies (e.g. '25.09')",
                       MosaicWarning, stacklevel=2)
     recipe = recipe_defaults(stack, release, entry.software,
@@ -769,7 +769,7 @@ def _runs_list(document: dict[str, Any], path: Path) -> list[Any]:
         )
     version = document.get("schema_version", 1)
     if version != 1:
-        raise MosaicInputError(f"{path}: schema_version {version!r} is not supported (only 1)")
+        raise MosaicInputError(f"{path}: schema_version {shown(version)} is not supported (only 1)")
     runs = document.get("runs")
     if not isinstance(runs, list):
         got = "nothing" if runs is None else type(runs).__name__
@@ -838,7 +838,7 @@ class RunRecordReader:
             self.n_read = index
             raw_id = raw.get("id") if isinstance(raw, dict) else None
             run_id = raw_id if isinstance(raw_id, str) and raw_id else f"<entry {index}>"
-            where = f"run {run_id!r} (entry {index})"
+            where = f"run {shown(run_id)} (entry {index})"
             try:
                 if run_id in first_entry:
                     raise MosaicInputError(
@@ -915,9 +915,9 @@ def select_run_entry(document: dict[str, Any], path: Path, run_id: str | None,
     ids = [raw.get("id") for raw in runs if isinstance(raw, dict)]
     if run_id is None:
         if len(runs) != 1:
-            shown = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+            listed = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
             raise MosaicInputError(f"{path}: holds {len(runs)} runs; name one as {path}#ID "
-                                   f"(ids: {shown})")
+                                   f"(ids: {listed})")
         index = 0
     elif run_id in ids:
         index = ids.index(run_id)
@@ -926,7 +926,7 @@ def select_run_entry(document: dict[str, Any], path: Path, run_id: str | None,
         hint = (f"; did you mean {' or '.join(close)}?" if close else
                 "; ids: " + ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5
                                                                    else ""))
-        raise MosaicInputError(f"{path}: no run with id {run_id!r} ({len(runs)} runs){hint}")
+        raise MosaicInputError(f"{path}: no run with id {shown(run_id)} ({len(runs)} runs){hint}")
     raw = runs[index]
     where = f"{path}#{ids[index]}" if index < len(ids) else str(path)
     if not isinstance(raw, dict):

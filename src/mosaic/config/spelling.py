@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 REMOVED_IN = "mosaic 0.2"
 _DROP = ()  # a rule whose target is empty discards the field (paper fields not modelled)
@@ -144,8 +144,8 @@ def _with(document: dict[str, Any], path: tuple[str, ...], value: Any, where: st
             merged = _with(merged, (key,), item, f"{where}: {head}")
         result[head] = merged
     elif head in result and result[head] != value:
-        raise MosaicInputError(f"{where}: {head} = {result[head]!r} is given twice with "
-                               f"another spelling (= {value!r}); give it once")
+        raise MosaicInputError(f"{where}: {head} = {shown(result[head])} is given twice with "
+                               f"another spelling (= {shown(value)}); give it once")
     else:
         result[head] = value
     return result

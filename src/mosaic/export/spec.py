@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import shown_number
 from mosaic.perf.pipeline_layout import (
     BLOCK,
@@ -154,20 +154,21 @@ class ExportSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise MosaicInputError(f"{self.source}: {name} must be a positive integer, "
-                                       f"got {value!r}")
+                                       f"got {shown(value)}")
         if self.sharding not in SHARDING_MODES:
-            raise MosaicInputError(f"{self.source}: sharding {self.sharding!r} is not one of "
+            raise MosaicInputError(f"{self.source}: sharding {shown(self.sharding)} is not one of "
                                    f"{', '.join(SHARDING_MODES)}")
         if self.checkpointing not in CHECKPOINTING_MODES:
-            raise MosaicInputError(f"{self.source}: checkpointing {self.checkpointing!r} is "
+            raise MosaicInputError(f"{self.source}: checkpointing {shown(self.checkpointing)} is "
                                    f"not one of {', '.join(CHECKPOINTING_MODES)}")
         for name, allowed in (("fp8_recipe", FP8_RECIPES), ("routing", ROUTING_MODES)):
             if getattr(self, name) not in allowed:
-                raise MosaicInputError(f"{self.source}: {name} {getattr(self, name)!r} is not "
+                raise MosaicInputError(f"{self.source}: {name} {shown(getattr(self, name))} is not "
                                        f"one of {', '.join(allowed)}")
         if (self.fp8_recipe == "none") != (self.precision != "fp8"):
-            raise MosaicInputError(f"{self.source}: fp8_recipe {self.fp8_recipe!r} does not fit "
-                                   f"precision {self.precision!r} (a recipe exactly with fp8)")
+            raise MosaicInputError(f"{self.source}: fp8_recipe {shown(self.fp8_recipe)} does "
+                                   f"not fit precision {shown(self.precision)} (a recipe exactly "
+                                   "with fp8)")
         if self.global_seqs % (self.dp * self.micro_seqs):
             raise MosaicInputError(
                 f"{self.source}: global batch {self.global_seqs} is not a multiple of "
@@ -795,9 +796,9 @@ def unexpressed(spec: ExportSpec, written: AbstractSet[str], target: str) -> lis
     for name, value in set_settings(spec).items():
         if name in written or (name == "pipeline_layout" and spec.pipeline_layout_derived):
             continue  # (a derived layout is uneven_stages, which each target handles)
-        shown = " ".join(value) if isinstance(value, tuple) else value
+        text = " ".join(value) if isinstance(value, tuple) else value
         why = DESCRIPTIVE.get(name, f"{target} has no setting for it")
-        lines.append(f"performance.{name} {shown} (the prediction used it; {why})")
+        lines.append(f"performance.{name} {text} (the prediction used it; {why})")
     return lines
 
 
@@ -815,7 +816,7 @@ def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:
                                None if experts is None else int(optimum["top_k"]),
                                int(optimum.get("split_factor") or 1))
     except KeyError as exc:
-        raise MosaicInputError(f"{source}: optimum has no field {exc.args[0]!r}; expected "
+        raise MosaicInputError(f"{source}: optimum has no field {shown(exc.args[0])}; expected "
                                "the output of `mosaic plan --json`") from None
 
 

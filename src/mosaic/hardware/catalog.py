@@ -313,7 +313,7 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
                 device = catalog_devices.device(entry.device)
             except MosaicInputError as exc:
                 raise MosaicInputError(
-                    f"{origin}: system {entry.name!r}: field 'device': {exc}"
+                    f"{origin}: system {shown(entry.name)}: field 'device': {exc}"
                 ) from None
             systems[entry.name] = _system(entry, device)
     catalog = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
@@ -335,7 +335,7 @@ def _with_default_system_checked(device: Device, catalog: Catalog, origin: str,
     default (the bare name then means the first node type holding the device), rather than
     failing on a shipped entry the user cannot edit."""
     assert device.default_system is not None
-    where = f"{origin}: device {device.name!r}: field 'default_system'"
+    where = f"{origin}: device {shown(device.name)}: field 'default_system'"
     try:
         system = catalog.system(device.default_system)
     except MosaicInputError as exc:
@@ -359,7 +359,7 @@ def _warn_doubled_figures(device: Device, fit: Device, origin: str) -> None:
     """Warn of a peak or NVLink rate about twice the ``kernel_fit`` device's (a trial gave a
     'with sparsity' peak and a bidirectional NVLink rate; both were taken, the MFU halved
     and the all-to-all ran twice as fast)."""
-    where = f"{origin}: device {device.name!r}"
+    where = f"{origin}: device {shown(device.name)}"
     for dtype, peak in device.peak_flops_per_s.items():
         borrowed = fit.peak_flops_per_s.get(dtype)
         if borrowed and peak >= DOUBLED_FIGURE_RATIO * borrowed:
@@ -381,7 +381,7 @@ def _warn_datasheet_capacity(device: Device, origin: str) -> None:
     model wants what CUDA reports (the budget every memory verdict is judged against)."""
     if device.hbm_bytes % 1e9 == 0:
         warnings.warn(
-            f"{origin}: device {device.name!r}: hbm_bytes {device.hbm_bytes:.4g} is a whole "
+            f"{origin}: device {shown(device.name)}: hbm_bytes {device.hbm_bytes:.4g} is a whole "
             f"number of decimal GB ({device.hbm_bytes / 1e9:g} GB): a datasheet capacity? "
             "give what CUDA reports (torch.cuda.get_device_properties(0).total_memory; an "
             "80 GB H100 reports 8.49e10, docs/hardware.md)", MosaicWarning, stacklevel=2)
@@ -397,7 +397,7 @@ def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str)
     try:
         fit = catalog.device(device.kernel_fit)
     except MosaicInputError as exc:
-        raise MosaicInputError(f"{origin}: device {device.name!r}: field 'kernel_fit': "
+        raise MosaicInputError(f"{origin}: device {shown(device.name)}: field 'kernel_fit': "
                                f"{exc}") from None
     if not origin.startswith(SHIPPED_ORIGIN):  # a user's figures, checked against the fit's
         _warn_doubled_figures(device, fit, origin)
@@ -417,8 +417,8 @@ def _release_names(kind: str, name: str, aliases: Iterable[str], origin: str,
     for key, text in spelled.items():
         if key in taken and taken[key][1] == origin:
             raise MosaicInputError(
-                f"{origin}: {kind} {name!r}: name {text!r} is already used by {kind} "
-                f"{taken[key][0]!r} in the same file; one file names each entry once")
+                f"{origin}: {kind} {shown(name)}: name {shown(text)} is already used by {kind} "
+                f"{shown(taken[key][0])} in the same file; one file names each entry once")
     replaced = {taken[key][0] for key in keys if key in taken}
     inherited: list[str] = []
     dropped: list[_Entry] = []
@@ -445,8 +445,8 @@ def _claim_names(
         if key in taken:
             other, other_origin = taken[key]
             raise MosaicInputError(
-                f"{origin}: {kind} {name!r}: name {alias!r} is already used by {kind} "
-                f"{other!r} ({other_origin}); choose another name"
+                f"{origin}: {kind} {shown(name)}: name {shown(alias)} is already used by {kind} "
+                f"{shown(other)} ({other_origin}); choose another name"
             )
     taken.update(dict.fromkeys(own, (name, origin)))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 #: Compute precisions a device may list, in the spelling used everywhere in mosaic.
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
@@ -33,7 +33,7 @@ def normalize_dtype(dtype: str) -> str:
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPES:
         raise MosaicInputError(
-            f"unknown dtype {dtype!r}: allowed are {', '.join(DTYPES)} "
+            f"unknown dtype {shown(dtype)}: allowed are {', '.join(DTYPES)} "
             f"(or {', '.join(sorted(_DTYPE_ALIASES))})"
         )
     return key
@@ -124,7 +124,7 @@ class Device:
         key = normalize_dtype(dtype)
         if key not in self.peak_flops_per_s:
             raise MosaicInputError(
-                f"device {self.name!r} has no {key} peak: it lists {', '.join(self.dtypes)}"
+                f"device {shown(self.name)} has no {key} peak: it lists {', '.join(self.dtypes)}"
             )
         return self.peak_flops_per_s[key]
 
@@ -136,7 +136,7 @@ class Device:
         """Provenance of one number, e.g. source("peak_flops_per_s.bf16")."""
         if field not in self.sources:
             raise MosaicInputError(
-                f"device {self.name!r} has no field {field!r}: known are "
+                f"device {shown(self.name)} has no field {shown(field)}: known are "
                 f"{', '.join(sorted(self.sources))}"
             )
         return self.sources[field]

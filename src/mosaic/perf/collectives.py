@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.perf.fitted_constants import fitted
 
 if TYPE_CHECKING:  # pandas only types the measured tables; importing it costs 0.6 s of start-up
@@ -223,7 +223,8 @@ def bus_factor(collective: str, n: npt.ArrayLike) -> np.ndarray:
         return (n_f - 1.0) / n_f
     if collective == "send_recv":
         return np.ones_like(n_f)
-    raise MosaicInputError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+    raise MosaicInputError(f"unknown collective {shown(collective)}; allowed: "
+                           f"{', '.join(COLLECTIVES)}")
 
 
 def _step_latency_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
@@ -499,7 +500,7 @@ def collective_estimate(collective: str, message_bytes: npt.ArrayLike, n: npt.Ar
     """
     if collective not in _ANALYTICAL:
         raise MosaicInputError(
-            f"unknown group collective {collective!r}; allowed: {', '.join(_ANALYTICAL)}")
+            f"unknown group collective {shown(collective)}; allowed: {', '.join(_ANALYTICAL)}")
     return _estimate(collective, message_bytes, n, stride, ic, table)
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.allocator import keep_freed_memory
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
 from mosaic.perf.headroom import (
@@ -99,7 +99,7 @@ def _positive_ints(name: str, values: Sequence[Any]) -> tuple[int, ...]:
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise MosaicInputError(
-                f"layout {name}={value!r}: allowed values are positive integers")
+                f"layout {name}={shown(value)}: allowed values are positive integers")
     return tuple(sorted({int(v) for v in values}))
 
 
@@ -128,7 +128,7 @@ def _mode(kind: type[Sharding] | type[Checkpointing], value: Any) -> Any:
         return kind(value)
     except ValueError:
         allowed = ", ".join(m.name.lower() for m in kind)
-        raise MosaicInputError(f"unknown {kind.__name__.lower()} {value!r}; "
+        raise MosaicInputError(f"unknown {kind.__name__.lower()} {shown(value)}; "
                                f"allowed: {allowed}") from None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 
 
 class Sharding(IntEnum):
@@ -46,7 +46,7 @@ class Sharding(IntEnum):
             return cls[key.upper()]
         except KeyError:
             allowed = ", ".join(m.name.lower() for m in cls)
-            raise MosaicInputError(f"unknown sharding {name!r}; allowed: {allowed}") from None
+            raise MosaicInputError(f"unknown sharding {shown(name)}; allowed: {allowed}") from None
 
 
 class Checkpointing(IntEnum):
@@ -62,7 +62,8 @@ class Checkpointing(IntEnum):
             return cls[name.upper()]
         except KeyError:
             allowed = ", ".join(m.name.lower() for m in cls)
-            raise MosaicInputError(f"unknown checkpointing {name!r}; allowed: {allowed}") from None
+            raise MosaicInputError(f"unknown checkpointing {shown(name)}; allowed: {allowed}"
+                                   ) from None
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ RELEASE_FORMAT = ("expected a release YY.MM with a month 01-12, e.g. 26.06, or a
 def check_release(text: str, option: str) -> None:
     """MosaicInputError naming ``option`` unless ``text`` is a release (YY.MM or YY.MM.0N)."""
     if re.fullmatch(STACK_VERSION_PATTERN, text) is None:
-        raise MosaicInputError(f"{option} {text!r}: {RELEASE_FORMAT}")
+        raise MosaicInputError(f"{option} {shown(text)}: {RELEASE_FORMAT}")
 
 
 class _Entry(BaseModel):
