@@ -479,7 +479,21 @@ def test_a_long_value_on_the_command_line_is_shown_by_its_start_and_length(tmp_p
     config["hidden_act"] = LONG
     (tmp_path / "config.json").write_text(json.dumps(config))
     for args in (["perf", str(EXAMPLES / "q12_moe.yaml"), "--set", LONG],
-                 ["arch", "--model", str(tmp_path / "config.json")]):
+                 ["arch", "--model", str(tmp_path / "config.json")],
+                 ["plan", "--days", "3", "--batch-rule", LONG]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and "(5,000 characters)" in result.output, args
         assert len(result.output) < 600, result.output[:200]
+
+
+def test_an_unparsable_long_number_is_shown_by_its_start_and_length(monkeypatch, capsys):
+    """The usage-error line echoes the value as typed: a 5,000-character one whole."""
+    import sys
+
+    from mosaic.cli import main as cli_main
+
+    monkeypatch.setattr(sys, "argv", ["mosaic", "plan", "--days", LONG])
+    with pytest.raises(SystemExit):
+        cli_main.main()
+    err = capsys.readouterr().err.strip()
+    assert "(5,000 characters)" in err and len(err) < 400, err[:200]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import LIMITS, shown_number
 
 
@@ -251,10 +251,10 @@ class RouterConfig:
     def __post_init__(self) -> None:
         _require(self.score in ROUTER_SCORES,
                  f"moe.router.score must be one of {', '.join(ROUTER_SCORES)}, "
-                 f"got {self.score!r}")
+                 f"got {shown(self.score)}")
         _require(self.balancing is None or self.balancing in ROUTER_BALANCING,
                  f"moe.router.balancing must be one of {', '.join(ROUTER_BALANCING)} or "
-                 f"unset, got {self.balancing!r}")
+                 f"unset, got {shown(self.balancing)}")
         _require(0 < self.top_k_scaling <= 1e3,
                  f"moe.router.top_k_scaling must lie in (0, 1000], got {self.top_k_scaling}")
         _require((self.groups is None) == (self.top_groups is None),
@@ -510,7 +510,7 @@ class Geometry:
         _require(self.rope_base is None or 1.0 < self.rope_base < 1e12,
                  f"model.rope_base {self.rope_base!r}: allowed: a base θ above 1 (HF rope_theta)")
         if self.activation is not None:
-            _require(self.activation in ACTIVATIONS, f"model.activation {self.activation!r}: "
+            _require(self.activation in ACTIVATIONS, f"model.activation {shown(self.activation)}: "
                      f"allowed values are {', '.join(ACTIVATIONS)}")
             _require((self.activation in GATED_ACTIVATIONS) == self.glu,
                      f"model.activation {self.activation} and glu={self.glu} disagree (gated: "

@@ -20,7 +20,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import check_range, is_finite_number, is_number, shown_number
 from mosaic.report.comparison import (
     NO_BREAKDOWNS,
@@ -525,7 +525,7 @@ def side_prices(text: str | None, currency: str) -> tuple[float | None, float | 
         values = []
     if len(values) not in (1, 2) or not all(math.isfinite(v) and v > 0 for v in values):
         raise MosaicInputError(f"--price-per-gpu-hour must be one positive number, or two "
-                               f"('A,B': A's and B's), got {text!r}")
+                               f"('A,B': A's and B's), got {shown(text)}")
     if currency == "USD":  # a node's price given per GPU is noted (plan.cost.check_price)
         from mosaic.plan.cost import check_price
 

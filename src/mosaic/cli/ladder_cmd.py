@@ -35,7 +35,7 @@ from mosaic.cli.law_cmd import (
     check_bootstrap_options,
 )
 from mosaic.cli.progress import is_quiet
-from mosaic.errors import MosaicInputError, missing_extra
+from mosaic.errors import MosaicInputError, missing_extra, shown
 from mosaic.io_atomic import check_output_file, prepare_output_dir, write_text_atomic
 from mosaic.limits import check_range
 
@@ -180,7 +180,7 @@ def run(
     names = [j.name for j in jobs]
     unknown = sorted(set(only or []) - set(names))
     if unknown:
-        raise MosaicInputError(f"--only {unknown[0]!r} is not a rung of {grid}; rungs: "
+        raise MosaicInputError(f"--only {shown(unknown[0])} is not a rung of {grid}; rungs: "
                                f"{', '.join(names)}")
     if list_only:
         rows = []
@@ -419,7 +419,7 @@ def record(
     from mosaic.train.run_record import record_for_run, record_id
 
     if not id_prefix or "-" in id_prefix or not id_prefix.isascii():
-        raise MosaicInputError(f"--id-prefix {id_prefix!r}: a word without '-' (the part of "
+        raise MosaicInputError(f"--id-prefix {shown(id_prefix)}: a word without '-' (the part of "
                                "a run id before its first '-' is its source key)")
     apply_catalog(catalog)
     found = result_folders(folders)

@@ -22,7 +22,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.config.model_file import load_model_file
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.extrapolation import (
     ExtrapolationFlag,
@@ -763,7 +763,7 @@ def convert(
     from mosaic.law import datasets
 
     if dataset not in datasets.DATASETS:
-        raise MosaicInputError(f"dataset {dataset!r}: allowed: {', '.join(datasets.DATASETS)}")
+        raise MosaicInputError(f"dataset {shown(dataset)}: allowed: {', '.join(datasets.DATASETS)}")
     given = {"--keep-all": (keep_all, "epoch"), "--router": (router is not None, "clark"),
              "--single-epoch": (single_epoch, "muennighoff")}
     for option, (is_set, owner) in given.items():

@@ -21,6 +21,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from mosaic.bench.families import FAMILIES
 from mosaic.cli import warning_lines
+from mosaic.errors import shown
 
 _typer_display_type_rich = getattr(TyperOption, "display_type_rich", None)
 
@@ -248,7 +249,7 @@ def usage_message(exc: Any) -> str:
     if len(typed) != 1 or not isinstance(typed[0], str):
         return message
     option = message[len(INVALID):-len(f": {reason}")]
-    return f"{INVALID}{option}: {typed[0]!r}: {reason[:1].lower()}{reason[1:]}"
+    return f"{INVALID}{option}: {shown(typed[0])}: {reason[:1].lower()}{reason[1:]}"
 
 
 def _internal_error(exc: BaseException) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.config.recipes import PrecisionName, Recipe, recipes
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.hardware import get_device
 from mosaic.perf.workload import job_precision_name
 from mosaic.stacks import known_stacks
@@ -94,7 +94,7 @@ def show_command(
     device_name = None if gpu is None else get_device(gpu).name  # aliases resolve
     precision = None if precision is None else job_precision_name(precision)  # fp4: nvfp4
     if precision is not None and precision not in get_args(PrecisionName):
-        raise MosaicInputError(f"--precision {precision!r}: allowed "
+        raise MosaicInputError(f"--precision {shown(precision)}: allowed "
                                f"{', '.join(get_args(PrecisionName))}")
     document = stack_document(traits)
     chosen = [r for r in recipes()

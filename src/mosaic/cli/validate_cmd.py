@@ -36,7 +36,7 @@ from mosaic.config.run_records import (
     load_run_records,
 )
 from mosaic.config.spelling import warn_deprecated
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.calibrate import (
     MIN_RUNS_PER_PARAMETER,
     CrossValidation,
@@ -468,7 +468,7 @@ def calibrate(
     if runs is None:
         raise MosaicInputError("give RUNS (run records) or --microbench DIR")
     if cv not in CV_GROUPINGS:
-        raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
+        raise MosaicInputError(f"--cv {shown(cv)}: allowed values are {', '.join(CV_GROUPINGS)}")
     check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
     start = load_calibration(base)

@@ -37,7 +37,7 @@ import numpy as np
 
 from mosaic.arch import LadderGrid
 from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.law import ScalingLaw
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
@@ -104,12 +104,12 @@ def parse_batch_rule(text: str) -> BatchRule:
         try:
             tokens = parse_count("tokens:N", number)
         except MosaicInputError:
-            raise MosaicInputError(f"--batch-rule {text!r}: tokens:N needs a number of tokens "
-                                   f"per step (e.g. 4194304 or 4M), got {number!r}") from None
+            raise MosaicInputError(f"--batch-rule {shown(text)}: tokens:N needs a number of tokens "
+                                   f"per step (e.g. 4194304 or 4M), got {shown(number)}") from None
         check_range("--batch-rule tokens", tokens, "tokens", low=1.0)
         return BatchRule("tokens", f"user bound of {tokens:.4g} tokens per step",
                          fixed_tokens=tokens)
-    raise MosaicInputError(f"--batch-rule {text!r}: allowed values are "
+    raise MosaicInputError(f"--batch-rule {shown(text)}: allowed values are "
                            f"{', '.join(RULES)} or tokens:N")
 
 
@@ -142,7 +142,7 @@ def parse_global_batch(text: str) -> tuple[int, ...]:
         parts = []
     if len(parts) not in (1, 2):
         raise MosaicInputError(f"--global-batch must be N, MIN:MAX or auto (sequences per "
-                               f"step), got {text!r}")
+                               f"step), got {shown(text)}")
     for value in parts:
         check_range("--global-batch", value, "global_batch", integer=True)
     if len(parts) == 1:

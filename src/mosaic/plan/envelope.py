@@ -16,7 +16,7 @@ import numpy as np
 from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
 from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.config.convert import model_document
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.hardware import Cluster, System
 from mosaic.law.repetition import effective_tokens
 from mosaic.limits import LIMITS, check_range
@@ -83,7 +83,7 @@ class DollarBudget:
                             *((("--days", self.max_days),) if self.max_days is not None
                               else ())):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise MosaicInputError(f"{flag} must be a positive number, got {value!r}")
+                raise MosaicInputError(f"{flag} must be a positive number, got {shown(value)}")
 
     def budget_days(self, n_devices: int) -> float:
         """The days the budget alone buys on ``n_devices`` GPUs."""

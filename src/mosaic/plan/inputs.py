@@ -14,7 +14,7 @@ from typing import Any
 from mosaic.arch import Geometry
 from mosaic.arch.backbone import backbone_split_factor
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
-from mosaic.errors import MosaicInputError, MosaicNote
+from mosaic.errors import MosaicInputError, MosaicNote, shown
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.hardware.system import with_gpus_per_node
 from mosaic.limits import check_range
@@ -67,7 +67,7 @@ def parse_tpp(text: str) -> tuple[float, float]:
         low, high = (float(p) for p in parts)
     except ValueError:
         raise MosaicInputError(f"--tpp must be MIN:MAX tokens per active parameter, e.g. "
-                               f"40:150, got {text!r}") from None
+                               f"40:150, got {shown(text)}") from None
     return low, high
 
 
@@ -133,7 +133,7 @@ def build_inputs(
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
-        raise MosaicInputError(f"--precision {precision!r}: allowed values are "
+        raise MosaicInputError(f"--precision {shown(precision)}: allowed values are "
                                f"{', '.join(PRECISION_NAMES)}")
     precision = job_precision_name(precision)  # plain fp4 names NVFP4, as recipes spell it
     node_type = resolve_system(gpu, system)
