@@ -80,6 +80,10 @@ LIMITS: dict[str, Range] = {
     "days": Range(1e-6, 3650.0, "a training window of at most ten years"),
     "seconds": Range(0.0, 1e9, "a duration of at most ~30 years"),
     "hours": Range(1e-6, 1e9, "hours"),
+    # A what-if scale-out rate per GPU (`--scale-out-gbps`): the fastest shipping is 800 Gb/s
+    # per GPU (ConnectX-8 on GB300); 1e5 Gb/s is over ten times a B200's whole NVLink 5
+    # (900 GB/s = 7.2 Tb/s per direction), a Gb/s figure typed in bits/s is refused
+    "scale_out_gbps": Range(0.0, 1e5, "Gb/s per GPU, over ten times a GPU's NVLink 5 rate"),
     # A measured peak per GPU: the largest device holds ~288 GB, so this is beyond any; a
     # figure in bytes written as GiB (~1e11, a node's total ~1e13) stays inside, for the
     # unit-slip check to name (evaluate.plausibility), and GiB x 2^30 stays a finite float.

@@ -20,7 +20,13 @@ from typing import TypeVar
 from mosaic.errors import MosaicInputError, MosaicWarning, shown
 from mosaic.hardware.device import Device
 from mosaic.hardware.schema import CatalogFile, DeviceEntry, SystemEntry, read_catalog_file
-from mosaic.hardware.system import System, parse_host_size_variant, with_gpus_per_node
+from mosaic.hardware.system import (
+    System,
+    parse_host_size_variant,
+    parse_scale_out_variant,
+    with_gpus_per_node,
+    with_scale_out_gbps,
+)
 
 _SHIPPED_FILES = ("devices.yaml", "systems.yaml")
 
@@ -69,6 +75,11 @@ class Catalog:
         if variant is not None:  # a plan's --gpus-per-node node type, by its own name
             base, gpus_per_node = variant
             return with_gpus_per_node(self.system(base), gpus_per_node)
+        scale_out = parse_scale_out_variant(name)
+        if scale_out is not None:  # a plan's --scale-out-gbps node type, by its own name
+            base, gbps = scale_out
+            return with_scale_out_gbps(self.system(base), gbps,
+                                       f"system {name.strip()!r}: its Gb/s per GPU")
         hint = ""
         for device in self.devices.values():
             if _names(device, name):

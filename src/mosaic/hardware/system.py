@@ -7,9 +7,11 @@ scale-up domain is 72 GPUs. A Cluster is `n_nodes` hosts of one System.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware.device import Device
@@ -249,4 +251,59 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
         gpus_per_node=gpus_per_node,
         scale_up_domain_gpus=domain,
         nic_bw_bytes_per_s=system.nic_bw_bytes_per_s * gpus_per_node / system.gpus_per_node,
+    )
+
+
+# The name of a scale-out what-if (`mosaic plan --scale-out-gbps`), resolved back by the
+# catalog as a host-size variant is, so a plan made on one exports and predicts as a job
+_SCALE_OUT_VARIANT = re.compile(
+    r"^(?P<base>.+) \(scale-out (?P<gbps>\d+(?:\.\d+)?(?:e[+-]?\d+)?) Gb/s per GPU\)$")
+
+BITS_PER_BYTE = 8
+
+
+def gbps_text(gbps: float) -> str:
+    """A rate in Gb/s as a variant's name spells it: '200', '312.5'; the shortest text that
+    reads back as the same float (a name that rounded would resolve to another variant)."""
+    short = f"{gbps:g}"
+    return short if float(short) == gbps else repr(float(gbps))
+
+
+def scale_out_variant_name(system_name: str, gbps: float) -> str:
+    """'p5.48xlarge (scale-out 200 Gb/s per GPU)': a variant with another per-GPU scale-out
+    rate."""
+    return f"{system_name} (scale-out {gbps_text(gbps)} Gb/s per GPU)"
+
+
+def parse_scale_out_variant(name: str) -> tuple[str, float] | None:
+    """(base system name, Gb/s per GPU) of a scale-out variant's name; None for any other."""
+    match = _SCALE_OUT_VARIANT.match(name.strip())
+    return None if match is None else (match["base"], float(match["gbps"]))
+
+
+def with_scale_out_gbps(system: System, gbps: float,
+                        option: str = "--scale-out-gbps") -> System:
+    """A what-if variant of ``system`` whose scale-out NICs give ``gbps`` Gb/s per GPU per
+    direction (decimal: gbps·1e9/8 bytes/s per GPU); NVLink, NIC count and host unchanged.
+
+    The catalog stores one NIC's rate and the NICs per host; the per-GPU rate stays derived
+    from them (:attr:`System.scale_out_bw_bytes_per_s`), so the NIC rate is set to
+    per-GPU x GPUs per host / NICs per host. The system itself where the rate is its own.
+    """
+    check_range(option, gbps, "scale_out_gbps", above_low=True)
+    per_gpu_bytes_per_s = gbps * 1e9 / BITS_PER_BYTE
+    if math.isclose(per_gpu_bytes_per_s, system.scale_out_bw_bytes_per_s, rel_tol=1e-12):
+        return system
+    # the same text however the variant was made (a plan's option or a job's system name),
+    # so a name resolved by the catalog gives an equal System
+    what_if = (f"what-if: {gbps_text(gbps)} Gb/s per GPU x {system.gpus_per_node} GPUs / "
+               f"{system.nics_per_node} NICs per host (the catalog's: "
+               f"{system.sources.get('nic_bw_bytes_per_s', 'not stated')})")
+    return replace(
+        system,
+        name=scale_out_variant_name(system.name, gbps),
+        nic_bw_bytes_per_s=per_gpu_bytes_per_s * system.gpus_per_node / system.nics_per_node,
+        # the fabric's own name may state its rate ('InfiniBand NDR 400 Gb/s')
+        scale_out_fabric=f"{system.scale_out_fabric}, what-if rate",
+        sources=MappingProxyType({**system.sources, "nic_bw_bytes_per_s": what_if}),
     )
