@@ -150,6 +150,19 @@ def test_perf_hierarchical_dispatcher_cuts_cross_node_all_to_all():
     assert deepep["breakdown_s"]["ep_all_to_all"] < alltoall["breakdown_s"]["ep_all_to_all"]
 
 
+def test_a_job_takes_a_scale_out_what_if_by_its_system_name():
+    """`mosaic plan --scale-out-gbps` names its node type 'DGX-H100 (scale-out 200 Gb/s per
+    GPU)'; a job's hardware.system of that name predicts on it, as an exported plan does:
+    DeepSeek-V3 on 128 DGX-H100 (ep 64 across 8 hosts) is slower at half the rate, and its
+    cross-node all-to-all takes longer."""
+    job = str(EXAMPLES / "deepseek_v3_h100.yaml")
+    full = run_json("perf", job)
+    half = run_json("perf", job, "--set", "hardware.system=DGX-H100 (scale-out 200 Gb/s per GPU)")
+    assert half["hardware"]["system"] == "DGX-H100 (scale-out 200 Gb/s per GPU)"
+    assert half["tokens_per_s"] < full["tokens_per_s"]
+    assert half["breakdown_s"]["ep_all_to_all"] > full["breakdown_s"]["ep_all_to_all"]
+
+
 def test_perf_accepts_uneven_stages_when_asked():
     # 48 layers over pp = 5: rejected as even stages, accepted as chunks of 10, 10, 10, 10, 8,
     # with the first stage carrying ceil(48/5) = 10 blocks.

@@ -422,3 +422,65 @@ def test_the_cheapest_budget_whose_run_stops_early_says_the_days_it_trains():
     text = " ".join(result.stdout.split())
     assert f"the {choice['cost_days']:.3g} days the run trains" in text
     assert f"({eight['cost_days']:.3g} days trained)" in text
+
+
+# 32 DGX-H100 nodes (400 Gb/s IB per GPU) and one geometry whose layouts must put expert
+# parallelism (ep 16) across two 8-GPU hosts
+CROSS_NODE = ["--system", "DGX-H100", "--nodes", "32", "--days", "20", "--q", "8",
+              "--experts", "64", "--top-k", "2", "--split-factor", "1", "--s-min", "0.5",
+              "--ep", "16", "--workers", "1"]
+
+
+def test_halving_the_scale_out_rate_slows_a_cross_node_layout(tmp_path):
+    """`--scale-out-gbps 200` on 400 Gb/s nodes: the envelope names the what-if (system,
+    network, bytes/s per GPU), the catalog resolves its name (the plan exports as a job
+    that predicts the same tokens/s), and the optimum's ep-16 layout, whose all-to-all
+    crosses hosts, predicts fewer tokens/s."""
+    from mosaic.hardware import get_system
+
+    full = run_json("plan", *CROSS_NODE)
+    half = run_json("plan", *CROSS_NODE, "--scale-out-gbps", "200")
+    envelope = half["envelope"]
+    assert envelope["system"] == "DGX-H100 (scale-out 200 Gb/s per GPU)"
+    assert envelope["scale_out_bw_bytes_per_s_per_device"] == pytest.approx(200e9 / 8)
+    assert full["envelope"]["scale_out_bw_bytes_per_s_per_device"] == pytest.approx(400e9 / 8)
+    assert "200 Gb/s per GPU" in envelope["network"]
+    assert get_system(envelope["system"]).scale_out_bw_bytes_per_s == pytest.approx(25e9)
+    assert half["optimum"]["plan"]["ep"] == 16
+    assert half["optimum"]["tokens_per_s"] < full["optimum"]["tokens_per_s"]
+    (tmp_path / "plan.json").write_text(json.dumps(half))
+    exported = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "--to", "yaml",
+                                   "--out", str(tmp_path / "job.yaml")])
+    assert exported.exit_code == 0, exported.output
+    job = run_json("perf", str(tmp_path / "job.yaml"))
+    assert job["hardware"]["system"] == envelope["system"]
+    assert job["tokens_per_s"] == pytest.approx(half["optimum"]["tokens_per_s"], rel=1e-9)
+    # the envelope table names the node type and the links it is costed on
+    text = runner.invoke(app, ["plan", *CROSS_NODE, "--scale-out-gbps", "200", "--top", "1"])
+    assert text.exit_code == 0, text.output
+    rows = {line.split("│")[1].strip() for line in text.stdout.splitlines()
+            if line.startswith("│")}
+    assert {"hardware", "network"} <= rows
+    assert "DGX-H100 (scale-out 200 Gb/s per GPU)" in text.stdout
+    assert "InfiniBand NDR 400 Gb/s, what-if rate" in text.stdout
+
+
+@pytest.mark.parametrize("gbps", ["0", "-1", "nan", "inf"])
+def test_a_bad_scale_out_rate_is_one_line_exit_2(gbps):
+    result = runner.invoke(app, ["plan", *CROSS_NODE, "--scale-out-gbps", gbps])
+    assert result.exit_code == 2, result.output
+    assert "--scale-out-gbps: got" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_sweeps_take_the_scale_out_what_if():
+    days = run_json("sweep", "days", "--values", "1", *SMALL[:2], *SMALL[4:],
+                    "--scale-out-gbps", "100")
+    assert days["envelope"]["system"] == "p6-b200.48xlarge (scale-out 100 Gb/s per GPU)"
+    nodes = run_json("sweep", "nodes", "--values", "1", "--days", "2", *SMALL[4:],
+                     "--scale-out-gbps", "100")
+    assert nodes["envelope"]["scale_out_bw_bytes_per_s_per_device"] == pytest.approx(12.5e9)
+    text = runner.invoke(app, ["sweep", "days", "--values", "1", *SMALL[:2], *SMALL[4:],
+                               "--scale-out-gbps", "100"])
+    assert text.exit_code == 0, text.output
+    assert "node type: p6-b200.48xlarge (scale-out 100 Gb/s per GPU)" in text.stdout

@@ -111,6 +111,9 @@ Nodes = Annotated[int, typer.Option(
                     "compute tray, 18 per 72-GPU rack.")]
 GpusPerNode = Annotated[int | None, typer.Option(
     "--gpus-per-node", help="What-if host size (default: the system's; per-GPU links kept).")]
+ScaleOutGbps = Annotated[float | None, typer.Option(
+    "--scale-out-gbps", help="What-if scale-out (NIC) bandwidth in Gb/s per GPU, one "
+    "direction, e.g. 200 (default: the system's; NVLink and NIC count kept).")]
 Days = Annotated[float | None, typer.Option(
     "--days", help="Training window T_train in days (default 20, Table 3).")]
 GoodputOpt = Annotated[float | None, typer.Option(
@@ -354,7 +357,8 @@ def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str |
 
 def plan(
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
-    gpus_per_node: GpusPerNode = None, days: Days = None, goodput: GoodputOpt = None,
+    gpus_per_node: GpusPerNode = None, scale_out_gbps: ScaleOutGbps = None,
+    days: Days = None, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
     checkpoint_interval_s: CheckpointIntervalS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatchSearch = str(TABLE3_GLOBAL_BATCH),
@@ -422,6 +426,7 @@ def plan(
     versus_calibration = None if versus is None else load_calibration(versus)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node,
+        scale_out_gbps=scale_out_gbps,
         days=TABLE3_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         checkpoint_interval_s=checkpoint_interval_s,
@@ -543,6 +548,10 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     if calibration is not None:
         typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
                    f"{calibration.name}")
+    # the node type and links every point is costed on (a --scale-out-gbps or
+    # --gpus-per-node what-if names itself here; the JSON's envelope says the same)
+    node_type = points[0].result.envelope.system
+    typer.echo(f"node type: {node_type.name}; network: {node_type.network_text()}")
     for label, text in (
             ("model and data limits", plan_report.model_limits_text(document["search_space"])),
             ("layouts allowed", plan_report.layout_limits_text(document["layout_limits"]))):
@@ -557,7 +566,7 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
 def sweep_days_command(
     values: Annotated[str, typer.Option("--values", help="Windows in days.")] = SWEEP_DAYS,
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
-    gpus_per_node: GpusPerNode = None,
+    gpus_per_node: GpusPerNode = None, scale_out_gbps: ScaleOutGbps = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
         "--price-per-gpu-hour", help="Price of one GPU-hour in USD; adds each point's cost.")
     ] = None,
@@ -591,7 +600,8 @@ def sweep_days_command(
     windows = parse_floats("--values", values)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
-        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
+        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node,
+        scale_out_gbps=scale_out_gbps, days=windows[0],
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         checkpoint_interval_s=checkpoint_interval_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
@@ -623,6 +633,7 @@ def sweep_days_command(
 def sweep_nodes_command(
     values: Annotated[str, typer.Option("--values", help="Node counts.")] = SWEEP_NODES,
     gpu: Gpu = None, system: System = None, gpus_per_node: GpusPerNode = None,
+    scale_out_gbps: ScaleOutGbps = None,
     days: Annotated[float | None, typer.Option(
         "--days", help="Training window in days (default 30, as Sec. 7.4).")] = None,
     budget_usd: Annotated[float | None, typer.Option(
@@ -665,6 +676,7 @@ def sweep_nodes_command(
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node,
+        scale_out_gbps=scale_out_gbps,
         days=SWEEP_NODES_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         checkpoint_interval_s=checkpoint_interval_s,

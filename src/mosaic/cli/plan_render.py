@@ -56,6 +56,9 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows = [
         ("hardware", f"{envelope.system.nodes_text(envelope.n_nodes)} "
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
+        # the links every candidate is costed on (a --scale-out-gbps or --gpus-per-node
+        # what-if changes them; the JSON and the HTML report carry the same line)
+        ("network", envelope.system.network_text()),
         ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"
                    + ("" if envelope.dollar_budget is None else
                       f" ({envelope.dollar_budget.window_text(envelope.n_devices)})")),

@@ -343,6 +343,8 @@ class Envelope:
             "nodes": self.n_nodes,
             "gpus_per_node": self.system.gpus_per_node,
             "network": self.system.network_text(),
+            # per GPU, one direction: what a --scale-out-gbps what-if sets
+            "scale_out_bw_bytes_per_s_per_device": self.system.scale_out_bw_bytes_per_s,
             "n_devices": self.n_devices,
             "days": self.days,
             **({"dollar_budget": self.dollar_budget.to_dict(self.n_devices)}

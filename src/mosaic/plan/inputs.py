@@ -16,7 +16,7 @@ from mosaic.arch.backbone import backbone_split_factor
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError, MosaicNote, shown
 from mosaic.hardware.default_systems import resolve_system
-from mosaic.hardware.system import with_gpus_per_node
+from mosaic.hardware.system import with_gpus_per_node, with_scale_out_gbps
 from mosaic.limits import check_range
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.layouts import LayoutLimits
@@ -129,9 +129,12 @@ def build_inputs(
     balanced_pipeline: bool = False, max_total_params: str | None = None,
     max_active_params: str | None = None, s_max: float | None = None,
     unique_tokens: str | None = None, optimizer: str = "adamw", optimizer_dtype: str = "fp32",
-    checkpoint_interval_s: float | None = None,
+    checkpoint_interval_s: float | None = None, scale_out_gbps: float | None = None,
 ) -> tuple[Envelope, SearchSpace]:
-    """Validate the shared options into an envelope and a search space."""
+    """Validate the shared options into an envelope and a search space.
+
+    ``gpus_per_node`` and ``scale_out_gbps`` (per GPU, one direction) are what-ifs on the
+    node type: a variant named for them (:mod:`mosaic.hardware.system`)."""
     if precision not in PRECISION_NAMES:
         raise MosaicInputError(f"--precision {shown(precision)}: allowed values are "
                                f"{', '.join(PRECISION_NAMES)}")
@@ -139,6 +142,8 @@ def build_inputs(
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)
+    if scale_out_gbps is not None:  # after the host size: the rate is per GPU either way
+        node_type = with_scale_out_gbps(node_type, scale_out_gbps)
     recipe_dispatcher: str | None = None
     settings: dict[str, Any] = {}
     if stack_version is not None:
