@@ -91,11 +91,12 @@ def _long_row(path: Path, empty_extras: bool = False) -> str:
     found. A trailing comma (an empty last value) is harmless where pandas only warns, so
     empty extras count only with ``empty_extras`` (its C parser refuses a row longer than
     the others). The docs promise the row (docs/law.md, "Run-data files"); pandas names none
-    or counts the header as line 1."""
+    or counts the header as line 1. Blank lines are no rows, as read_csv skips them
+    (skip_blank_lines)."""
     import csv
 
     with open(path, encoding="utf-8", newline="") as handle:
-        rows = csv.reader(handle)
+        rows = (row for row in csv.reader(handle) if row)  # csv reads a blank line as []
         names = len(next(rows, []))
         for number, row in enumerate(rows, start=1):
             if len(row) > names and (empty_extras

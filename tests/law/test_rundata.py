@@ -208,3 +208,17 @@ def test_a_dense_table_is_pointed_to_the_dense_form(form):
     message = str(caught.value)
     assert "--form per-g" not in message, message
     assert "dense runs fit --form chinchilla" in message, message
+
+
+def test_a_long_row_after_a_blank_line_is_numbered_as_the_run_data_numbers_it(tmp_path):
+    """pandas skips blank lines (read_csv skip_blank_lines), so the run data's errors number
+    the rows without them; the long-row message counted a blank line as a row and named the
+    run after it one too far."""
+    gap = tmp_path / "gap.csv"
+    gap.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n\n2e9,4e10,2.3,7\n")
+    with pytest.raises(MosaicInputError, match=r"gap.csv: row 2 \(4 values for 3 names\)"):
+        load_run_data(gap)
+    # the same table without its long row: the run after the blank line is the data's row 2
+    fine = tmp_path / "fine.csv"
+    fine.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n\n2e9,4e10,2.3\n")
+    assert load_run_data(fine).n_total.tolist() == [1e9, 2e9]
