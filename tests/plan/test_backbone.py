@@ -260,3 +260,23 @@ def test_a_width_that_does_not_scale_the_backbone_lists_the_widths_that_do():
     result = CliRunner().invoke(app, ["plan", "--gpu", "H100", "--backbone",
                                       str(HF / "deepseek-v3.json"), "--d-model", "2048"])
     assert result.exit_code == 2 and "multiples of 56 (nearest: 2016 and 2072" in result.stderr
+
+
+def test_the_job_note_names_a_search_block_and_blocks_in_the_papers_spelling(tmp_path):
+    """The note named parallelism, performance, hardware and optimizer for the paper's
+    Appendix E job (examples/appendix_e.yaml) and left out its batch, written `data:` in the
+    paper's spelling (gbs 8192, seqlen 8192: the batch a trial lost), and its `search:`
+    block (devices and the layout limits `mosaic export` writes), which the plan does not
+    read either."""
+    from mosaic.plan.inputs import job_blocks_not_read
+
+    note = job_blocks_not_read(EXAMPLES / "appendix_e.yaml")
+    assert note is not None
+    blocks = note.partition("; its ")[2].partition(" blocks are not read")[0]
+    for block in ("parallelism", "batch", "performance", "hardware", "optimizer", "search"):
+        assert block in blocks, note
+    assert "--global-batch/--seq-len" in note and "--mbs" in note, note
+    exported = tmp_path / "exported.yaml"  # a model and the search block alone
+    exported.write_text("model:\n  layers: 4\nsearch:\n  pp: [1, 2]\n")
+    assert "its search block is not read" in (job_blocks_not_read(exported) or ""), \
+        job_blocks_not_read(exported)

@@ -6,6 +6,7 @@ and a command line mean the same plan."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,6 +198,8 @@ _JOB_BLOCK_OPTIONS = {
     "hardware": "--gpu/--system/--nodes",
     "optimizer": "--optimizer",
     "training": "--days/--goodput",
+    # the layout limits `mosaic export` writes with a plan's job (config.job_schema.SearchBlock)
+    "search": "--max-tp/--tp/--pp/--ep/--mbs/--sharding/--checkpointing",
 }
 
 
@@ -207,19 +210,30 @@ def job_blocks_not_read(path: Path) -> str | None:
     and got a plan at 1024 x 2048 on megatron-core with no word that the job's 8192 x 4096
     and its stack were dropped. None for a HuggingFace config or a model-only YAML."""
     from mosaic.arch.hf_import import is_hf_config_file
+    from mosaic.config.spelling import JOB_RULES, canonical_document
     from mosaic.schema_validation import load_yaml_mapping
 
     path = Path(path)
     if path.is_dir() or is_hf_config_file(path):
         return None
     document = load_yaml_mapping(path)
+    # blocks by the names the job loader reads them as (the paper's `data:` is batch); a
+    # field given twice in two spellings is the job loader's error, not the note's
+    with contextlib.suppress(MosaicInputError):
+        document = canonical_document(document, JOB_RULES, str(path), set())
     if "model" not in document:
         return None
     blocks = [block for block in _JOB_BLOCK_OPTIONS if block in document]
     if not blocks:
         return None
     named = ", ".join(blocks[:-1]) + " and " + blocks[-1] if len(blocks) > 1 else blocks[0]
-    options = ", ".join(_JOB_BLOCK_OPTIONS[block] for block in blocks)
+    listed: set[str] = set()  # each option once (parallelism and search share --tp, ...)
+    groups = []
+    for block in blocks:
+        flags = [flag for flag in _JOB_BLOCK_OPTIONS[block].split("/") if flag not in listed]
+        listed.update(flags)
+        groups += ["/".join(flags)] if flags else []
+    options = ", ".join(groups)
     return (f"--backbone {path} is a job file: the plan reads its model block alone; its "
             f"{named} {'blocks are' if len(blocks) > 1 else 'block is'} not read (the "
             f"envelope shows what the plan runs; set it with {options})")
