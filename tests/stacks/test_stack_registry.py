@@ -44,6 +44,47 @@ def test_software_text_maps_to_a_stack_or_to_the_explicit_other() -> None:
     assert get_stack("jax-xla").micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
 
 
+def test_keywords_match_whole_words_not_parts_of_words() -> None:
+    # 'accelerate' and 'trl' (hf-transformers) are parts of 'accelerated' and 'ctrl'
+    assert stack_for_software("in-house trainer, CUDA-accelerated kernels").name == "other"
+    assert stack_for_software("ctrl-lm trainer").name == "other"
+    assert stack_for_software("accelerate launch + TRL").name == "hf-transformers"
+    # phrases, and words ended by punctuation, digits or underscores still match
+    assert stack_for_software("Hugging Face Transformers 4.57").name == "hf-transformers"
+    assert stack_for_software("Megatron-LM core_r0.11").name == "megatron-core"
+    assert stack_for_software("megatron_bridge main").name == "megatron-bridge"
+    assert stack_for_software("MaxText (JAX/XLA)").name == "jax-xla"
+
+
+SHARED_RUNS = Path(__file__).resolve().parents[2].parent / "shared" / "calibration" / (
+    "published_runs.yaml")
+EXTRA_RUNS = Path(__file__).resolve().parents[2] / "src" / "mosaic" / "evaluate" / "data" / (
+    "extra_runs.yaml")
+
+
+def _substring_stack(software: str | None) -> str:
+    """The stack the keyword rule before whole-word matching gave: the first stack with a
+    keyword anywhere in the case-folded text."""
+    text = (software or "").casefold()
+    for name in known_stacks():
+        if any(keyword in text for keyword in get_stack(name).keywords):
+            return name
+    return "other"
+
+
+@pytest.mark.parametrize("path", [SHARED_RUNS, EXTRA_RUNS], ids=["published", "extra"])
+def test_every_record_keeps_the_stack_substring_matching_gave_it(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"run records not found at {path}")
+    runs = yaml.safe_load(path.read_text())["runs"]
+    changed = {run["id"]: (run.get("software"), _substring_stack(run.get("software")),
+                           stack_for_software(run.get("software")).name)
+               for run in runs
+               if _substring_stack(run.get("software"))
+               != stack_for_software(run.get("software")).name}
+    assert len(runs) > 50 and changed == {}
+
+
 def _gather_buffer_bytes(stack: str) -> float:
     workload = Workload(small_moe(), global_batch=16, seq_len=128, stack=stack)
     plans = single_plan(dp=8, ep=1, sharding=Sharding.FSDP)

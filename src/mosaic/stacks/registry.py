@@ -1,8 +1,8 @@
 """Load and validate the stack registry (``data/stacks.yaml``) once; look stacks up by name.
 
 An unknown stack is an error that names the known ones, never a silent fallback. A run
-record's free-text ``software`` field maps to a stack by keyword; a record whose software
-matches none gets the explicit ``other`` stack and a note saying so.
+record's free-text ``software`` field maps to a stack by keyword, found as a whole word; a
+record whose software matches none gets the explicit ``other`` stack and a note saying so.
 """
 
 from __future__ import annotations
@@ -442,11 +442,25 @@ def get_stack(name: str) -> StackTraits:
     return stacks[key]
 
 
+@cache
+def _keyword_pattern(keyword: str) -> re.Pattern[str]:
+    """``keyword`` as a whole word or phrase: no letter or digit right before or after it
+    (so 'accelerate' is not found in 'accelerated', nor 'trl' in 'ctrl'); punctuation,
+    spaces and underscores end a word ('Megatron-LM', 'megatron_bridge')."""
+    return re.compile(rf"(?<![^\W_]){re.escape(keyword)}(?![^\W_])")
+
+
+def names_keyword(text: str, keyword: str) -> bool:
+    """Whether the case-folded ``text`` holds the lower-case ``keyword`` as a whole word or
+    phrase (:func:`_keyword_pattern`)."""
+    return _keyword_pattern(keyword).search(text) is not None
+
+
 def stack_for_software(software: str | None) -> StackTraits:
-    """The stack a run record's free-text ``software`` names (first keyword match in
-    registry order), else the explicit ``other`` stack."""
+    """The stack a run record's free-text ``software`` names (first keyword found as a whole
+    word, in registry order), else the explicit ``other`` stack."""
     text = (software or "").casefold()
     for traits in _registry().values():
-        if any(keyword in text for keyword in traits.keywords):
+        if any(names_keyword(text, keyword) for keyword in traits.keywords):
             return traits
     return _registry()[OTHER_STACK]
