@@ -66,3 +66,25 @@ def test_a_bad_variant_name_is_refused():
         get_system("DGX-H100 (scale-out 0 Gb/s per GPU)")
     with pytest.raises(MosaicInputError, match="unknown system 'no-such-node'"):
         get_system("no-such-node (scale-out 200 Gb/s per GPU)")
+
+
+@pytest.mark.parametrize(("typed", "canonical"), [
+    ("DGX-H100 (Scale-out 200 Gb/s per GPU)", "DGX-H100 (scale-out 200 Gb/s per GPU)"),
+    ("dgx h100 (SCALE OUT 200 gb/s per gpu)", "DGX-H100 (scale-out 200 Gb/s per GPU)"),
+    ("dgx-h100 (4 gpus/node)", "DGX-H100 (4 GPUs/node)"),
+    ("dgx_h100 (4 GPUs / node) (scale-out 100 Gb/s per GPU)",
+     "DGX-H100 (4 GPUs/node) (scale-out 100 Gb/s per GPU)"),
+])
+def test_a_variant_name_is_found_as_loosely_as_a_catalog_name(typed, canonical):
+    """Catalog names are found case-insensitively, spaces, '-' and '_' optional ('dgx h100'
+    is DGX-H100); a what-if variant's name is found the same way and named canonically."""
+    assert get_system("dgx h100") == get_system("DGX-H100")
+    found = get_system(typed)
+    assert found == get_system(canonical) and found.name == canonical
+
+
+def test_a_variant_rate_in_gigabytes_is_refused_naming_the_unit():
+    with pytest.raises(MosaicInputError) as caught:
+        get_system("DGX-H100 (scale-out 200 GB/s per GPU)")
+    message = str(caught.value)
+    assert "Gb/s (gigabits)" in message and "GB/s" in message and "\n" not in message

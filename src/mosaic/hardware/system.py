@@ -214,7 +214,12 @@ class Cluster:
 # The name of a host-size variant (`mosaic plan --gpus-per-node`): the catalog resolves it back
 # to the variant, so a plan made on one exports and predicts as a job (a trial's plan could
 # not be exported: "unknown system 'p6-b200.48xlarge (4 GPUs/node)'")
-_HOST_SIZE_VARIANT = re.compile(r"^(?P<base>.+) \((?P<gpus>\d+) GPUs/node\)$")
+# Spelled as loosely as a catalog name (catalog.name_key: case-insensitive, spaces, '-' and
+# '_' optional): 'dgx-h100 (4 gpus/node)' is 'DGX-H100 (4 GPUs/node)'
+_WORD_GAP = r"[\s_-]*"
+_HOST_SIZE_VARIANT = re.compile(
+    rf"^(?P<base>.+?){_WORD_GAP}\({_WORD_GAP}(?P<gpus>\d+){_WORD_GAP}gpus{_WORD_GAP}/"
+    rf"{_WORD_GAP}node{_WORD_GAP}\)$", re.IGNORECASE)
 
 
 def host_size_variant_name(system_name: str, gpus_per_node: int) -> str:
@@ -256,8 +261,11 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
 
 # The name of a scale-out what-if (`mosaic plan --scale-out-gbps`), resolved back by the
 # catalog as a host-size variant is, so a plan made on one exports and predicts as a job
+# (case-insensitive as a catalog name, but for the unit: 'GB/s' is gigabytes, refused)
 _SCALE_OUT_VARIANT = re.compile(
-    r"^(?P<base>.+) \(scale-out (?P<gbps>\d+(?:\.\d+)?(?:e[+-]?\d+)?) Gb/s per GPU\)$")
+    rf"^(?P<base>.+?){_WORD_GAP}\({_WORD_GAP}scale{_WORD_GAP}out\s*"
+    rf"(?P<gbps>\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*(?P<unit>gb/s){_WORD_GAP}per{_WORD_GAP}"
+    rf"gpu{_WORD_GAP}\)$", re.IGNORECASE)
 
 BITS_PER_BYTE = 8
 
@@ -276,9 +284,16 @@ def scale_out_variant_name(system_name: str, gbps: float) -> str:
 
 
 def parse_scale_out_variant(name: str) -> tuple[str, float] | None:
-    """(base system name, Gb/s per GPU) of a scale-out variant's name; None for any other."""
+    """(base system name, Gb/s per GPU) of a scale-out variant's name; None for any other.
+    A rate in GB/s (gigabytes) is an error: the name states gigabits."""
     match = _SCALE_OUT_VARIANT.match(name.strip())
-    return None if match is None else (match["base"], float(match["gbps"]))
+    if match is None:
+        return None
+    if match["unit"][1] == "B":
+        raise MosaicInputError(f"system {name.strip()!r}: a scale-out variant's rate is in "
+                               f"Gb/s (gigabits) per GPU, not {match['unit']}: write "
+                               f"{scale_out_variant_name(match['base'], float(match['gbps']))!r}")
+    return match["base"], float(match["gbps"])
 
 
 def with_scale_out_gbps(system: System, gbps: float,
