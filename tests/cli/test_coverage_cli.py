@@ -97,3 +97,20 @@ def test_the_perf_html_report_shows_the_envelope_and_intervals(tmp_path):
     assert result.exit_code == 0, result.output
     html = page.read_text()
     assert "OUTSIDE envelope: pp" in html and "90% interval, tokens/s per GPU" in html
+
+
+@pytest.mark.parametrize(("node_type", "calibrated", "what_if"), [
+    ("DGX-B200 (scale-out 200 Gb/s per GPU)", "device and host are calibrated",
+     "network is a what-if"),
+    ("DGX-B200 (4 GPUs/node)", "device is calibrated", "host size and network are a what-if"),
+])
+def test_a_what_if_of_a_calibrated_node_type_says_which_parts_are_calibrated(
+        node_type, calibrated, what_if):
+    """A what-if variant of DGX-B200 (a system the default profile's runs ran on) has the
+    calibrated device, and unless its host size changed the calibrated host: the note says
+    so rather than calling the node type one no run ran on (a trial)."""
+    assert "DGX-B200" in built_in_calibration("default").coverage.systems
+    note = perf_json("--set", f"hardware.node_type={node_type}")["coverage"]["note"] or ""
+    assert f"node type {node_type} is a what-if of DGX-B200" in note
+    assert f"its {calibrated}" in note and f"its {what_if}" in note
+    assert "not one the calibration's runs ran on" not in note

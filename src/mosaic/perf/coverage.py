@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mosaic.hardware.system import parse_host_size_variant, parse_scale_out_variant
 from mosaic.schema_validation import validate_mapping
 
 MIN_SCOPE_RUNS = 10  # fewer held-out runs give no usable 5%/95% quantiles of their own
@@ -429,6 +430,31 @@ def _labelled(quantiles: RatioQuantiles | None, lender: str | None,
                    + (f", {SPREAD_ONLY_TEXT}" if spread_only else ""))
 
 
+def node_type_note(system: str, calibrated: Sequence[str]) -> str:
+    """The note on a node type none of the calibration's runs (on ``calibrated``) ran on. A
+    what-if of a calibrated system (``mosaic plan --gpus-per-node``/``--scale-out-gbps``,
+    :mod:`mosaic.hardware.system`) says which of its parts are the calibrated system's: the
+    device always, the host unless its size changed; its network is the what-if."""
+    base, host_changed = system, False
+    while True:
+        scale_out = parse_scale_out_variant(base)
+        host_size = None if scale_out else parse_host_size_variant(base)
+        if scale_out is None and host_size is None:
+            break
+        base = (scale_out or host_size)[0]
+        host_changed = host_changed or host_size is not None
+    if base == system or base not in calibrated:
+        return (f"node type {system} is not one the calibration's runs ran on "
+                f"({', '.join(calibrated)}): its network is costed from the catalog, not "
+                "fitted (plan --system, a job's hardware.system or a record's system names "
+                "another)")
+    calibrated_parts = "device is" if host_changed else "device and host are"
+    what_if = "host size and network are a what-if" if host_changed else "network is a what-if"
+    return (f"node type {system} is a what-if of {base}: its {calibrated_parts} calibrated "
+            f"(the calibration's runs ran on {base}), its {what_if}, costed from the catalog's "
+            "links and not fitted")
+
+
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
            stack: str, is_moe: bool, n_total: float, n_active: float,
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
@@ -459,10 +485,7 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
               "tokens/s; reporting memory, for memory)"]
              if missing else []) + list(extra_notes)
     if system is not None and coverage.systems and system not in coverage.systems:
-        notes.append(f"node type {system} is not one the calibration's runs ran on "
-                     f"({', '.join(coverage.systems)}): its network is costed from the "
-                     "catalog, not fitted (plan --system, a job's hardware.system or a "
-                     "record's system names another)")
+        notes.append(node_type_note(system, coverage.systems))
     memory_interval = interval(memory_gib, memory, level)
     if (memory_interval is not None and usable_memory_gib is not None
             and memory_interval.high > usable_memory_gib):
