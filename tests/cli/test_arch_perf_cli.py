@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
+from mosaic.perf.calibration import built_in_calibration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -288,6 +289,30 @@ def test_a_step_multiplier_below_one_is_named_over_the_breakdown():
     shown = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml")],
                           env={"COLUMNS": "300"})
     assert f"every term x{multiplier:.4g}, the calibration's step multiplier" in shown.stdout
+
+
+def test_a_stack_the_calibration_has_no_runs_of_is_not_said_to_run_faster(tmp_path):
+    """hf-transformers has no runs in the default profile, so its step multiplier is the
+    profile's 'default' entry: the breakdown's title said "this stack runs faster than the
+    analytical model" of it all the same (a trial); it now says the entry is not fitted on
+    it, and a fitted stack keeps the old words."""
+    assert "hf-transformers" not in built_in_calibration("default").stack_overhead
+    job = tmp_path / "qwen3_8b_hf.yaml"
+    job.write_text("model: {layers: 36, d_model: 4096, ffn: 12288, heads: 32, kv_heads: 8,\n"
+                   "        head_dim: 128, vocab: 151936}\n"
+                   "parallelism: {dp: 8, sharding: fsdp}\n"
+                   "batch: {global_seqs: 8, seq_len: 4096}\n"
+                   "performance: {stack: hf-transformers}\n"
+                   "hardware: {system: DGX-H100, nodes: 1}\n")
+    document = json.loads(runner.invoke(app, ["perf", str(job), "--json"]).stdout)
+    assert document["stack_multiplier_fitted"] is False and document["step_multiplier"] < 1
+    shown = " ".join(runner.invoke(app, ["perf", str(job)], env={"COLUMNS": "300"}).stdout
+                     .split())  # the title wraps to the table's width
+    assert "for stacks none of its runs used: not fitted on hf-transformers" in shown
+    assert "this stack runs faster" not in shown
+    fitted = runner.invoke(app, ["perf", str(job), "--set", "performance.stack=torchtitan",
+                                 "--json"]).stdout
+    assert json.loads(fitted)["stack_multiplier_fitted"] is True
 
 
 def test_perf_says_what_a_record_measured_and_the_routed_load_it_costs():

@@ -74,6 +74,9 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         # chi_sys x the stack's multiplier; below 1 it scales every breakdown term
         # (StepPrediction.breakdown_s), above 1 it is the "calibration" term
         "step_multiplier": float(p.step_multiplier[0]),
+        # whether the stack part is fitted on this stack's runs, or the calibration's
+        # 'default' entry for stacks it has none of (Calibration.stack_multiplier)
+        "stack_multiplier_fitted": result.spec.workload.stack in calibration.stack_overhead,
         "attention_kernel": p.attention_kernel,
         "precision": str(result.spec.workload.precision),
         "fp8_recipe": str(result.spec.workload.fp8_recipe),

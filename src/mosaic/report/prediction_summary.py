@@ -137,5 +137,11 @@ def breakdown_scale_note(document: Mapping[str, Any]) -> str:
     scales every term, "analytical" ones too (a trial compared two profiles' "analytical"
     terms and found them different, unexplained)."""
     multiplier = document.get("step_multiplier", 1.0)
+    if multiplier >= 1:
+        return ""
+    if not document.get("stack_multiplier_fitted", True):  # Calibration.stack_multiplier
+        return (f" (every term x{multiplier:.4g}, the calibration's default step multiplier "
+                f"for stacks none of its runs used: not fitted on "
+                f"{document.get('stack', 'this stack')})")
     return (f" (every term x{multiplier:.4g}, the calibration's step multiplier: this stack "
-            "runs faster than the analytical model)" if multiplier < 1 else "")
+            "runs faster than the analytical model)")
