@@ -20,6 +20,7 @@ from mosaic.evaluate.diagnosis import (
     effective_class_times_s,
     measured_step_time,
     memory_overshoot_text,
+    plan_candidates,
     plans_from_rows,
     rank_levers,
 )
@@ -27,7 +28,7 @@ from mosaic.evaluate.job import predict_job
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
-from mosaic.perf.plan import Checkpointing, single_plan
+from mosaic.perf.plan import Checkpointing, Sharding, single_plan
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Dispatcher, Workload
 
@@ -453,7 +454,6 @@ def test_a_dropless_host_wait_is_offered_drop_and_pad_and_whole_step_graphs():
 def test_expert_parallelism_is_tried_both_ways_where_it_divides():
     """EP 64 on 64 GPUs: halving is a lever, doubling is not (128 does not divide the 64-rank
     expert mesh, Eq. 24); with 512 experts both 32 and 16 divide them."""
-    from mosaic.evaluate.diagnosis import plan_candidates
     from mosaic.evaluate.job import cluster_for, load_job_spec
     from mosaic.perf.machine import machine_for
 
@@ -765,3 +765,22 @@ def test_the_bound_names_a_larger_part_of_another_class():
                              "compute_mlp": 0.30})
     summary = classify_bound(vocab, 80 * GIB).summary
     assert summary.endswith("the largest single part is vocab_stage (38% of the step)"), summary
+
+
+@pytest.mark.parametrize(("stack", "current", "offered"), [
+    # hf-transformers' gradient_checkpointing wraps whole decoder layers: its "selective" is
+    # full under another name, and was offered as a second lever with full's numbers
+    ("hf-transformers", "none", {"full"}),
+    ("hf-transformers", "full", {"none"}),
+    ("hf-transformers", "selective", {"none"}),
+    ("megatron-core", "none", {"selective", "full"}),
+])
+def test_a_block_level_stack_is_offered_full_checkpointing_once(stack, current, offered):
+    workload = Workload(ladder_geometry(6), global_batch=64, seq_len=2048, stack=stack)
+    machine = machine_for(Cluster(get_system("DGX-H100"), 1), "bf16")
+    row = single_plan(dp=8, sharding=Sharding.FSDP,
+                      checkpointing=Checkpointing.parse(current)).row(0)
+    levers = {candidate.plan["checkpointing"] for candidate
+              in plan_candidates(workload, machine, row)
+              if candidate.name.startswith("checkpointing_")}
+    assert levers == offered

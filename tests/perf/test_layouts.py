@@ -1,5 +1,7 @@
 """Layout search: hand-counted enumerations, pins, vectorised = single-plan, ranking, reasons."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -122,6 +124,25 @@ def test_hsdp_with_one_replica_is_not_listed_beside_fsdp():
     only_hsdp = enumerate_plans(moe_workload(), 8, 8, LayoutLimits(
         tp=1, pp=1, ep=1, micro_batches=(1,), sharding=("hsdp",), checkpointing=("none",)))
     assert only_hsdp.sharding.tolist() == [Sharding.HSDP] and only_hsdp.hsdp_shard[0] == 8
+
+
+@pytest.mark.parametrize("stack", ["hf-transformers", "fms-fsdp"])
+def test_block_level_selective_is_not_listed_beside_full(stack):
+    """On a stack whose selective checkpointing recomputes whole blocks (trait
+    selective_recompute: blocks) it is full checkpointing under another name: the search
+    listed every such layout twice with the same prediction (a trial); without full among the
+    modes it stays."""
+    workload = replace(tiny_dense(), stack=stack)
+    limits = LayoutLimits(tp=1, pp=1, ep=1, micro_batches=(1,), sharding=("fsdp",),
+                          checkpointing=("none", "selective", "full"))
+    both = enumerate_plans(workload, 8, 8, limits)
+    assert sorted(both.checkpointing.tolist()) == [Checkpointing.NONE, Checkpointing.FULL]
+    only_selective = enumerate_plans(workload, 8, 8, replace(limits,
+                                                            checkpointing=("selective",)))
+    assert only_selective.checkpointing.tolist() == [Checkpointing.SELECTIVE]
+    # where selective recomputes something else, both stay
+    megatron = enumerate_plans(tiny_dense(), 8, 8, replace(limits, sharding=("zero1",)))
+    assert len(megatron) == 3
 
 
 def test_pins_and_limits_are_respected():

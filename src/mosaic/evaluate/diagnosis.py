@@ -60,7 +60,7 @@ from mosaic.perf.workload import (
     experts_fuse_grouped_mlp,
     precision_lane,
 )
-from mosaic.stacks import MicroBatchDefault
+from mosaic.stacks import MicroBatchDefault, SelectiveRecompute
 from mosaic.units import GIB
 
 # Memory use above this fraction of the usable budget (perf.headroom) is reported as "near
@@ -571,10 +571,17 @@ def _sharding(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_C
                              _with(row, sharding=name))
 
 
-def _checkpointing(row: PlanRow) -> Iterator[_Candidate]:
+def _checkpointing(workload: Workload, row: PlanRow) -> Iterator[_Candidate]:
+    """The other checkpointing modes; on a block-level stack selective and full recompute
+    the same whole blocks (perf.layouts.candidate_plans lists them once), so only full is
+    offered beside none, and neither is offered for the other."""
+    block_level = workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
+    current = row["checkpointing"]
     for mode in Checkpointing:
         name = mode.name.lower()
-        if name != row["checkpointing"]:
+        if block_level and (name == "selective" or (name, current) == ("full", "selective")):
+            continue
+        if name != current:
             yield _Candidate(f"checkpointing_{name}",
                              f"activation checkpointing {row['checkpointing']} -> {name}",
                              _with(row, checkpointing=name))
@@ -635,7 +642,7 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
     unique = []
     for candidate in (*_ep_in_domain(workload, machine, row), *_expert_parallel(workload, row),
                       *_sharding(workload, machine, row),
-                      *_checkpointing(row),
+                      *_checkpointing(workload, row),
                       *_pipeline(row, workload.traits.interleaved_vpp_default),
                       *_micro_batch(row),
                       *_tensor_parallel(row, workload.traits.unstated_sequence_parallel)):

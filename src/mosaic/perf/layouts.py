@@ -68,7 +68,7 @@ from mosaic.perf.plan import (
 from mosaic.perf.schedule import dualpipe_pairs_stages, uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
-from mosaic.stacks import StackTraits, get_stack
+from mosaic.stacks import SelectiveRecompute, StackTraits, get_stack
 from mosaic.units import GIB
 
 # Search-space defaults (a job or --micro-batches/--vpp widens them): the micro-batch and
@@ -412,12 +412,18 @@ def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
         sequence_parallel=default_sequence_parallel(
             tp_, workload.traits.unstated_sequence_parallel),
     )
-    if Sharding.FSDP not in limits.sharding:
-        return plans
-    # HSDP whose shard group is the whole data-parallel group has one replica: it is the
-    # FSDP candidate beside it, so it is not listed twice.
-    same_as_fsdp = (plans.sharding == Sharding.HSDP) & (plans.hsdp_shard == plans.dp)
-    return plans.take(np.flatnonzero(~same_as_fsdp)) if same_as_fsdp.any() else plans
+    duplicate = np.zeros(len(plans), dtype=bool)
+    if Sharding.FSDP in limits.sharding:
+        # HSDP whose shard group is the whole data-parallel group has one replica: it is the
+        # FSDP candidate beside it, so it is not listed twice.
+        duplicate |= (plans.sharding == Sharding.HSDP) & (plans.hsdp_shard == plans.dp)
+    if (Checkpointing.FULL in limits.checkpointing
+            and workload.traits.selective_recompute is SelectiveRecompute.BLOCKS):
+        # a block-level stack's selective checkpointing recomputes whole blocks, the same
+        # share full does (Workload.checkpointed_block_fraction): it is the FULL candidate
+        # beside it (hf-transformers has no other: gradient_checkpointing wraps every layer)
+        duplicate |= plans.checkpointing == Checkpointing.SELECTIVE
+    return plans.take(np.flatnonzero(~duplicate)) if duplicate.any() else plans
 
 
 @dataclass(frozen=True)
