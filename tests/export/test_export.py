@@ -506,6 +506,28 @@ def test_cli_unknown_target_is_one_line():
         "yaml" in result.output
 
 
+@pytest.mark.parametrize(("target", "says"), [
+    ("hf", "no target writes a launch config for hf-transformers"),
+    ("accelerate", "no target writes a launch config for hf-transformers"),
+    ("deepspeed", "no target writes a launch config for deepspeed"),
+    ("jax", "jax-xla jobs export with --to maxtext"),
+    ("torchtitan2", None),
+])
+def test_a_stack_typed_as_a_target_is_told_where_it_exports(target, says):
+    """An hf-transformers user typed --to hf and read only the list of targets (a trial):
+    a stack's name, first word or keyword says which target launches it, or that none does
+    and what to do instead; other text keeps the plain line."""
+    result = runner.invoke(app, ["export", str(JOB), "--to", target])
+    assert result.exit_code == 2
+    line = " ".join(result.output.split())
+    assert f"--to '{target}' is not a target; allowed: megatron, nemo, torchtitan, " in line
+    if says is None:
+        assert "(" not in line
+    else:
+        assert says in line
+    assert ("--to yaml writes the job" in line) == (says is not None and "no target" in says)
+
+
 def test_plan_optimum_carries_the_job_blocks(plan_json):
     """A plan candidate writes its layout and batch as job files do (docs/schema.md); the
     export reads them and gets what the older plan row and envelope gave."""

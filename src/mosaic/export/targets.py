@@ -75,10 +75,39 @@ def launched_job_document(spec: ExportSpec, target: str) -> dict[str, Any] | Non
     return document
 
 
+def _stack_named(target: str) -> str | None:
+    """The stack a ``--to`` text names, if any: a stack's name or its first word ('hf',
+    'jax'; not a later one: 'fsdp' is no more fms-fsdp's than anyone's), else a stack
+    keyword ('accelerate', 'deepspeed')."""
+    from mosaic.stacks import known_stacks, stack_for_software
+    from mosaic.stacks.registry import OTHER_STACK
+
+    key = target.strip().casefold()
+    for name in known_stacks():
+        if key in (name, name.split("-")[0]):
+            return name
+    stack = stack_for_software(key).name
+    return None if stack == OTHER_STACK else stack
+
+
 def check_target(target: str) -> None:
-    """MosaicInputError unless ``target`` is one of :data:`TARGETS`."""
-    if target not in TARGETS:
-        raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
+    """MosaicInputError unless ``target`` is one of :data:`TARGETS`; a stack's name says
+    which target launches that stack, or that none does (a trial typed --to hf for an
+    hf-transformers job)."""
+    if target in TARGETS:
+        return
+    stack = _stack_named(target)
+    targets = [name for name, stacks in LAUNCHED_STACKS.items() if stack in stacks]
+    if stack is None:
+        why = ""
+    elif targets:
+        why = f" ({stack} jobs export with --to {' or --to '.join(targets)})"
+    else:
+        why = (f" (no target writes a launch config for {stack}: another target's file "
+               "says what mosaic predicts under the stack it runs, and --to yaml writes the "
+               "job)")
+    raise MosaicInputError(f"--to {target!r} is not a target; allowed: "
+                           f"{', '.join(TARGETS)}{why}")
 
 
 def export(spec: ExportSpec, target: str) -> ExportResult:
