@@ -747,14 +747,14 @@ def test_a_plan_whose_run_stops_early_is_costed_as_the_plan_costs_it(plans, earl
     plan costs the days the run trains (a 1 M USD budget plan whose run stops after 5.6 of
     65.1 days: plan said 86,420, compare 1,000,000)."""
     plan = json.loads(early_plan.read_text())
-    assert plan["cost_days"] < plan["envelope"]["days"]  # the run stops early
+    assert plan["train_days"] < plan["envelope"]["days"]  # the run stops early
     doc = invoke_json("compare", str(plans[0]), str(early_plan))
     summary = {row["quantity"]: row for row in doc["summary"]}
     assert summary["gpu_hours"]["b"] == pytest.approx(plan["gpu_hours"])
     assert summary["cost"]["b"] == pytest.approx(plan["cost_usd"])
     assert summary["cost"]["b"] < plan["window_cost_usd"]
-    assert doc["b"]["cost_days"] == pytest.approx(plan["cost_days"])
-    assert doc["a"]["cost_days"] == 5.0 and "window_gpu_hours" not in doc["a"]
+    assert doc["b"]["train_days"] == pytest.approx(plan["train_days"])
+    assert doc["a"]["train_days"] == 5.0 and "window_gpu_hours" not in doc["a"]
     # another price costs the same days
     repriced = invoke_json("compare", str(plans[0]), str(early_plan),
                            "--price-per-gpu-hour", "2")
@@ -762,7 +762,7 @@ def test_a_plan_whose_run_stops_early_is_costed_as_the_plan_costs_it(plans, earl
     assert cost == pytest.approx(plan["gpu_hours"] * 2)
     table = " ".join(runner.invoke(app, ["compare", str(plans[0]), str(early_plan)],
                                    terminal_width=200).stdout.split())
-    assert (f"B's GPU-hours and cost count the {plan['cost_days']:.3g} days its run trains"
+    assert (f"B's GPU-hours and cost count the {plan['train_days']:.3g} days its run trains"
             in table)
     assert f"{plan['window_cost_usd']:,.0f} USD" in table
 
@@ -772,7 +772,7 @@ def test_a_plan_file_older_than_its_training_days_is_costed_at_its_window_with_a
     """A plan written before plans recorded the days their run trains still compares: at
     its whole window, saying so."""
     plan = json.loads(early_plan.read_text())
-    for key in ("cost_days", "window_gpu_hours", "window_cost_usd"):
+    for key in ("train_days", "window_gpu_hours", "window_cost_usd"):
         plan.pop(key)
     for candidate in (plan["optimum"], *plan["candidates"]):
         candidate.pop("train_days")

@@ -412,16 +412,16 @@ def test_the_cheapest_budget_whose_run_stops_early_says_the_days_it_trains():
             "--price-per-gpu-hour", "3"]
     doc = run_json(*args)
     choice = doc["cheapest"]["choice"]
-    assert choice["cost_days"] < choice["days"]
-    assert choice["gpu_hours"] == pytest.approx(8 * choice["cost_days"] * 24)
+    assert choice["train_days"] < choice["days"]
+    assert choice["gpu_hours"] == pytest.approx(8 * choice["train_days"] * 24)
     assert choice["cost_usd"] == pytest.approx(choice["gpu_hours"] * 3)
     eight = next(o for o in doc["cheapest"]["options"] if o["days"] == 8)
     assert eight["gpu_hours"] < 8 * 8 * 24
     result = runner.invoke(app, args, terminal_width=200)
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert f"the {choice['cost_days']:.3g} days the run trains" in text
-    assert f"({eight['cost_days']:.3g} days trained)" in text
+    assert f"the {choice['train_days']:.3g} days the run trains" in text
+    assert f"({eight['train_days']:.3g} days trained)" in text
 
 
 # 32 DGX-H100 nodes (400 Gb/s IB per GPU) and one geometry whose layouts must put expert

@@ -170,7 +170,7 @@ def test_a_budget_run_that_stops_at_its_tpp_cap_costs_the_days_it_trains(tmp_pat
     assert days < 2.4
     assert document["gpu_hours"] == pytest.approx(8 * 24 * days)
     assert document["cost_usd"] == pytest.approx(2 * 8 * 24 * days)
-    assert document["cost_days"] == pytest.approx(days)
+    assert document["train_days"] == pytest.approx(days)
     assert document["window_gpu_hours"] == pytest.approx(480)
     assert document["window_cost_usd"] == pytest.approx(960)
     assert document["budget_usd"] == 960
@@ -185,6 +185,10 @@ def test_a_budget_run_that_stops_at_its_tpp_cap_costs_the_days_it_trains(tmp_pat
     point = json.loads(out)["points"][0]
     assert point["cost_usd"] == pytest.approx(document["cost_usd"])
     assert point["gpu_hours"] == pytest.approx(document["gpu_hours"])
+    # one name for the days trained: the candidate's train_days, in the cost block and the
+    # sweep point alike (the cost block said cost_days)
+    assert document["train_days"] == optimum["train_days"]
+    assert point["train_days"] == pytest.approx(point["optimum"]["train_days"])
 
 
 def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():

@@ -874,10 +874,10 @@ def test_plan_page_says_the_cheapest_budget_trains_fewer_days_than_its_window(tm
             "--target-loss", "1.803", "--cheapest-nodes", "1", "--cheapest-days", "2,4,8",
             "--price-per-gpu-hour", "3"]
     choice = json.loads(invoke(*args, "--json", "--html", str(html)))["cheapest"]["choice"]
-    assert choice["cost_days"] < choice["days"]
+    assert choice["train_days"] < choice["days"]
     page = " ".join(re.sub(r"<[^>]+>", " ", html.read_text()).split())
     assert (f"{choice['gpu_hours']:,.0f} GPU-hours, {choice['cost_usd']:,.0f} USD (of the "
-            f"{choice['cost_days']:.3g} days it trains)") in page
+            f"{choice['train_days']:.3g} days it trains)") in page
 
 
 def test_plan_page_repeats_the_law_fits_caveats(plan_files):

@@ -363,7 +363,7 @@ def _plan_cost(document: dict[str, Any], optimum: dict[str, Any], envelope: dict
     cost = days_cost(gpus, days, train_days, price,
                      window_gpu_hours=envelope.get("gpu_hours"), window_cost_usd=stated)
     side: dict[str, Any] = {"gpu_hours": cost.gpu_hours, "cost": cost.cost_usd,
-                            "cost_days": cost.train_days}
+                            "train_days": cost.train_days}
     if cost.ends_early:
         side |= {"window_gpu_hours": cost.window_gpu_hours,
                  **({} if cost.window_cost_usd is None else {"window_cost": cost.window_cost_usd})}

@@ -341,7 +341,7 @@ def _print_budget_options(document: dict[str, Any]) -> None:
                 ["nodes", "days", "GPU-hours", *(["cost (USD)"] if priced else []),
                  "optimum loss", "reaches"],
                 [[str(o["nodes"]), f"{o['days']:.4g}", f"{o['gpu_hours']:,.0f}" + (
-                    f" ({o['cost_days']:.3g} days trained)" if _ends_early(o) else ""),
+                    f" ({o['train_days']:.3g} days trained)" if _ends_early(o) else ""),
                   *([f"{o['cost_usd']:,.0f}"] if priced else []),
                   "-" if o["loss"] is None else f"{o['loss']:.4f}",
                   "yes" if o["loss"] is not None and o["loss"] <= target else "no"]
@@ -351,7 +351,7 @@ def _print_budget_options(document: dict[str, Any]) -> None:
 def _ends_early(option: dict[str, Any]) -> bool:
     """A budget whose optimum stops before its window ends (D held at tpp_max): its
     GPU-hours count the days it trains (plan.cost.plan_cost)."""
-    return option.get("cost_days", option["days"]) < option["days"]
+    return option.get("train_days", option["days"]) < option["days"]
 
 
 def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None = None

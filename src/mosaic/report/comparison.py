@@ -254,10 +254,10 @@ def _cost_days_lines(name: str, side: dict[str, Any], currency: str) -> list[str
     plan file written before those days were recorded is costed at its window."""
     if side.get("cost_note"):
         return [f"{name}'s GPU-hours and cost: {side['cost_note']}"]
-    if side.get("window_gpu_hours") is None or side.get("cost_days") is None:
+    if side.get("window_gpu_hours") is None or side.get("train_days") is None:
         return []
     window = side.get("window_cost")
-    return [f"{name}'s GPU-hours and cost count the {side['cost_days']:.3g} days its run "
+    return [f"{name}'s GPU-hours and cost count the {side['train_days']:.3g} days its run "
             f"trains (D held at tpp_max), not its {side['days']:.3g}-day window "
             f"({side['window_gpu_hours']:,.0f} GPU-hours"
             + ("" if window is None else f", {window:,.0f} {currency}") + ")"]

@@ -173,7 +173,7 @@ def cost_document(cost: RunCost) -> dict[str, Any]:
     """GPU-hours and, when priced, the cost in USD of the days the run trains, those of the
     whole window, and the dollar budget (plan.cost.RunCost)."""
     return {"gpu_hours": cost.gpu_hours, "price_usd_per_gpu_hour": cost.price_usd_per_gpu_hour,
-            "cost_usd": cost.cost_usd, "cost_days": cost.train_days,
+            "cost_usd": cost.cost_usd, "train_days": cost.train_days,
             "window_gpu_hours": cost.window_gpu_hours,
             "window_cost_usd": cost.window_cost_usd,
             **({"budget_usd": cost.budget_usd} if cost.budget_usd is not None else {})}
@@ -184,7 +184,7 @@ def cost_text(document: dict[str, Any], window_days: float) -> tuple[str, str | 
     '34,406 (the 5.6 days the run trains; the 65.1-day window: 400,000)', and the cost
     with its price, the window's (where the run ends early) and the budget beside it; None
     for the cost unpriced."""
-    days = document.get("cost_days", window_days)
+    days = document.get("train_days", window_days)
     early = days < window_days and "window_gpu_hours" in document
     span = (f"the {days:.3g} days the run trains, D held at tpp_max; the {window_days:.3g}-day "
             "window: ")
@@ -356,7 +356,7 @@ def sweep_document(points: list[SweepPoint], price_per_gpu_hour: float | None = 
             "days": p.result.envelope.days,  # per node count under a dollar budget
             "c_peak_flops": p.result.envelope.c_peak_flops,
             "gpu_hours": cost.gpu_hours,
-            **({"cost_days": cost.train_days, "window_gpu_hours": cost.window_gpu_hours}
+            **({"train_days": cost.train_days, "window_gpu_hours": cost.window_gpu_hours}
                if cost.ends_early else {}),
             # Young-Daly goodput changes with the node count (a trial found it only at the
             # first point's envelope)

@@ -359,7 +359,7 @@ def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
         # gave the budget alone, to 6 digits, where the terminal said 4 and the cost)
         cost = ("" if c.get("cost_usd") is None else f", {c['cost_usd']:,.0f} USD")
         # a run that stops early at tpp_max costs the days it trains, as the plan's own
-        trained = c.get("cost_days", c["days"])
+        trained = c.get("train_days", c["days"])
         early = (f" (of the {trained:.3g} days it trains)" if trained < c["days"] else "")
         rows.append((f"cheapest budget reaching loss {cheapest['target_loss']:g}",
                      f"{c['nodes']} nodes × {c['days']:.4g} days, {c['gpu_hours']:,.0f} "
