@@ -393,6 +393,14 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
      "optimum.step_time_s is -6.0; a `mosaic plan --json` document holds a finite"),
     (lambda doc: doc | {"optimum": doc["optimum"] | {"loss": float("nan")}}, "optimum.loss is nan"),
     (lambda doc: doc | {"envelope": doc["envelope"] | {"days": -20.0}}, "envelope.days is -20.0"),
+    # a hand-edited train_days of 0 costed that side at 0 GPU-hours (a review); a window of
+    # 0 days was shown beside the window's GPU-hours
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"train_days": 0}},
+     "optimum.train_days is 0; a `mosaic plan --json` document holds a finite, positive"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"train_days": float("inf")}},
+     "optimum.train_days is inf; a `mosaic plan --json` document holds a finite, positive"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"days": 0.0}},
+     "envelope.days is 0.0; a `mosaic plan --json` document holds a finite, positive"),
     (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": 0}},
      "damaged.json: moe.experts must be a positive integer"),
     # a later fuzz trial: nodes "12" was listed as a difference, both costed on 256 GPUs

@@ -170,6 +170,10 @@ def _job_geometry(geometry: Any) -> dict[str, Any]:
 _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "memory_bytes",
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 _ENVELOPE_NUMBERS = ("days", "n_devices", "gpu_hours", "hbm_bytes_per_device")
+# days a plan writes above zero: the window and the days its run trains (a hand-edited
+# optimum.train_days of 0 costed that side at 0 GPU-hours; an envelope.days of 0 showed a
+# 0-day window beside the window's GPU-hours)
+_POSITIVE_NUMBERS = {("optimum", "train_days"), ("envelope", "days")}
 # the optimum's figures compare sets side by side, which a plan writes for every candidate
 # (plan.search.PlanResult.candidate): one missing is an edited plan, refused rather than
 # compared as a bare null (a fuzz trial; the CLI contract, cli.contract)
@@ -395,9 +399,12 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                                  ("envelope", envelope, _ENVELOPE_NUMBERS)):
         for name in names:
             value = values.get(name)
-            if value is not None and (not is_finite_number(value) or value < 0):
+            positive = (block, name) in _POSITIVE_NUMBERS
+            if value is not None and (not is_finite_number(value) or value < 0
+                                      or (positive and value == 0)):
                 raise MosaicInputError(f"{path}: {block}.{name} is {value!r}; a `mosaic plan "
-                                       "--json` document holds a finite, non-negative number "
+                                       "--json` document holds a finite, "
+                                       f"{'positive' if positive else 'non-negative'} number "
                                        "there")
     _check_envelope_devices(path, envelope)
     _check_plan_blocks(path, document)
