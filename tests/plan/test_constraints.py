@@ -342,4 +342,56 @@ def test_an_equal_cost_sweep_report_states_the_budget_and_each_window(tmp_path):
                        "1920", "--price-per-gpu-hour", "2", "--html", str(page))
     assert code == 0, err
     html = page.read_text()
-    assert "1,920 USD at 2 USD per GPU-hour" in html and "Fixed: 5 days" not in html
+    assert "1,920 USD (2 USD per GPU-hour), on" in html and "Fixed: 5 days" not in html
+    assert "(each node count the window it buys)" in html
+
+
+# The issue's sweep: 960 USD at 2 USD per GPU-hour buys 2.5 days on one node (8 GPUs), 1.25
+# on two; --days 2 is the shorter window on one node only. q=4 at tpp <= 41 stops early.
+EARLY_SWEEP = ["sweep", "nodes", "--days", "2", *SMALL[4:], "--q", "4",
+               "--price-per-gpu-hour", "2", "--budget-usd", "960", "--tpp", "40:41"]
+
+
+def test_a_sweep_title_names_the_limit_that_binds_and_marks_runs_that_stop_early():
+    """The sweep table said 'at 960 USD' where --days bound, and gave no sign that a point's
+    cost counted only the days its run trains (a review)."""
+    document = json.loads(run(*EARLY_SWEEP, "--values", "1,2", "--json")[1])
+    one, two = document["points"]
+    assert one["dollar_budget"]["binds"] == "days" and two["dollar_budget"]["binds"] == "budget"
+    for point in (one, two):
+        assert point["train_days"] < point["days"]
+        assert point["window_cost_usd"] == pytest.approx(point["window_gpu_hours"] * 2)
+    result = runner.invoke(app, [*EARLY_SWEEP, "--values", "1,2"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "(Fig. 11) at 960 USD (2 USD per GPU-hour) or 2 days, whichever is shorter" in text
+    assert ("window: --days 2 binds at nodes 1 (960 USD buys "
+            f"{one['dollar_budget']['budget_days']:.3g} days there); --budget-usd 960 binds "
+            "at nodes 2 (--days 2 is longer)") in text
+    for point in (one, two):
+        assert f"{point['cost_usd']:,.0f} \u2020" in text
+        assert (f"nodes {point['nodes']}: {point['train_days']:.3g} of {point['days']:.3g} "
+                f"days (the window: {point['window_gpu_hours']:,.0f} GPU-hours, "
+                f"{point['window_cost_usd']:,.0f} USD)") in text
+    assert "\u2020: GPU-hours and cost count the days the run trains" in text
+    # where --days binds at every point, the title names the days, not the budget
+    result = runner.invoke(app, [*EARLY_SWEEP, "--values", "1"], terminal_width=250)
+    text = " ".join(result.stdout.split())
+    assert "(Fig. 11) at 2 days (--days binds: 960 USD at 2 USD per GPU-hour buys more)" in text
+    assert "at 960 USD" not in text
+
+
+def test_a_sweep_page_marks_runs_that_stop_early_and_names_the_limit_that_binds(tmp_path):
+    page = tmp_path / "sweep.html"
+    code, out, err = run(*EARLY_SWEEP, "--values", "1", "--json", "--html", str(page))
+    assert code == 0, err
+    point = json.loads(out)["points"][0]
+    html = page.read_text()
+    assert "Fixed: 2 days (--days binds: 960 USD at 2 USD per GPU-hour buys more), on" in html
+    assert "the window it buys" not in html
+    for key in ("gpu_hours", "cost_usd"):
+        assert f">{point[key]:,.0f} \u2020</td>" in html
+    assert "window: --days 2 binds at nodes 1" in html
+    assert (f"\u2020: GPU-hours and cost count the days the run trains, D held at the "
+            f"tokens-per-parameter cap (--tpp), not the whole window: nodes 1: "
+            f"{point['train_days']:.3g} of 2 days") in html

@@ -540,8 +540,7 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     if as_json:
         print_json(document)
         return
-    render.print_sweep(points, None if price_per_gpu_hour is None
-                       else [entry["cost_usd"] for entry in document["points"]])
+    render.print_sweep(points, document)
     flags = plan_report.sweep_extrapolation_rows(document)
     if flags:
         print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)

@@ -16,6 +16,7 @@ from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
+    EARLY_STOP_MARK,
     cost_document,
     cost_text,
     geometry_label,
@@ -28,6 +29,9 @@ from mosaic.report.plan_report import (
     optimizer_text,
     pick_deliverable_text,
     precision_text,
+    sweep_budget_text,
+    sweep_cost_notes,
+    sweep_point_stops_early,
     untrainable_message,
 )
 from mosaic.units import GIB, significant
@@ -354,11 +358,14 @@ def _ends_early(option: dict[str, Any]) -> bool:
     return option.get("train_days", option["days"]) < option["days"]
 
 
-def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None = None
-                ) -> None:
-    """The sweep table; ``costs_usd``: each point's cost (the sweep document's ``cost_usd``)
-    for a cost column, None for none."""
+def print_sweep(points: list[SweepPoint], document: dict[str, Any]) -> None:
+    """The sweep table of ``points`` and their sweep document (plan_report.sweep_document):
+    a cost column where it is priced, each point whose run stops early marked, and the limit
+    that sets the window named (plan_report.sweep_cost_notes)."""
     axis = points[0].axis
+    entries = document["points"]
+    costs_usd = ([entry.get("cost_usd") for entry in entries]
+                 if "price_usd_per_gpu_hour" in document else None)
     ladder = points[0].result.grid.is_ladder
     splits = sorted({g for p in points for g in p.best_per_split})
     # the optimum's layout, step and memory too, so a budget's plan is read without
@@ -395,7 +402,9 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
                       f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.1f}",
                       f"{c['loss']:.4f}"]
         if costs_usd is not None:  # the budget's cost, with or without an optimum
-            cells.append(f"{costs_usd[index]:,.0f}")
+            cells.append(f"{costs_usd[index]:,.0f}"
+                         + (f" {EARLY_STOP_MARK}" if sweep_point_stops_early(entries[index])
+                            else ""))
         # a G's best held at the tokens-per-parameter cap reads the same at every window:
         # marked as a capped D is (a trial took the constant column for a bug)
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}"
@@ -403,10 +412,13 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
                      else "")
                   if g in p.best_per_split else "-" for g in splits]
         rows.append(cells)
-    title = f"MOSAIC optimum per {axis} (Fig. 11)" + (
-        "" if budget is None else f" at {budget.usd:,.0f} USD ({budget.price_usd_per_gpu_hour:g}"
-                                  " USD per GPU-hour)")
+    fixed = sweep_budget_text(document)  # the limit that binds (--days or --budget-usd)
+    title = f"MOSAIC optimum per {axis} (Fig. 11)" + ("" if fixed is None else f" at {fixed}")
     print_table(title, columns, rows)
+    for line in sweep_cost_notes(document):
+        # the marked cells are the cost column's: no such line without it
+        if costs_usd is not None or not line.startswith(EARLY_STOP_MARK):
+            typer.echo(line)
     for p in points:  # why a budget has no optimum (a fuzz trial saw only dashes)
         if p.result.optimum_index is None:
             typer.echo(f"{axis} {p.value:g}: {untrainable_message(p.result)}")

@@ -351,16 +351,22 @@ def sweep_document(points: list[SweepPoint], price_per_gpu_hour: float | None = 
         row = p.result.optimum_index
         # the days its optimum trains (plan.cost.plan_cost, as `plan`'s cost)
         cost = plan_cost(p.result, price_per_gpu_hour)
+        envelope = p.result.envelope.to_dict()
         return ({} if cost.cost_usd is None else {"cost_usd": cost.cost_usd}) | {
             p.axis: int(p.value) if p.axis == "nodes" else p.value,
             "days": p.result.envelope.days,  # per node count under a dollar budget
+            # which of --budget-usd and --days sets this point's window (binds)
+            **({"dollar_budget": envelope["dollar_budget"]}
+               if "dollar_budget" in envelope else {}),
             "c_peak_flops": p.result.envelope.c_peak_flops,
             "gpu_hours": cost.gpu_hours,
-            **({"train_days": cost.train_days, "window_gpu_hours": cost.window_gpu_hours}
+            **({"train_days": cost.train_days, "window_gpu_hours": cost.window_gpu_hours,
+                **({} if cost.window_cost_usd is None
+                   else {"window_cost_usd": cost.window_cost_usd})}
                if cost.ends_early else {}),
             # Young-Daly goodput changes with the node count (a trial found it only at the
             # first point's envelope)
-            "goodput": p.result.envelope.to_dict()["goodput"]["goodput"],
+            "goodput": envelope["goodput"]["goodput"],
             "optimum": None if row is None else p.result.candidate(row),
             "best_per_split": {str(g): p.result.candidate(r)
                                for g, r in p.best_per_split.items()},
@@ -375,6 +381,77 @@ def sweep_document(points: list[SweepPoint], price_per_gpu_hour: float | None = 
             "search_space": points[0].result.space.to_dict(),
             "layout_limits": points[0].result.throughput.limits.to_dict(),
             "points": [point(p) for p in points]}
+
+
+# The footnote mark of a sweep point whose GPU-hours and cost count the days its run trains,
+# fewer than its window's (D held at tpp_max: plan.cost.plan_cost); a sweep table gave no
+# sign of it (a review)
+EARLY_STOP_MARK = "\u2020"
+
+
+def sweep_point_stops_early(point: Mapping[str, Any]) -> bool:
+    """A sweep point (:func:`sweep_document`) whose run stops before its window ends."""
+    return "train_days" in point
+
+
+def _axis_values_text(axis: str, points: list[Mapping[str, Any]]) -> str:
+    return f"{axis} {', '.join(f'{p[axis]:g}' for p in points)}"
+
+
+def sweep_budget_text(document: Mapping[str, Any]) -> str | None:
+    """The fixed budget of a sweep over node counts under --budget-usd, naming the limit
+    that binds: '960 USD (2 USD per GPU-hour)'; '2 days (--days binds: 960 USD at 2 USD
+    per GPU-hour buys more)' where --days is the shorter window at every point; '960 USD
+    (...) or 2 days, whichever is shorter' where each binds somewhere (a sweep's title said
+    'at 960 USD' where --days bound); None without a dollar budget."""
+    budget = document["envelope"].get("dollar_budget")
+    if budget is None:
+        return None
+    usd = f"{budget['usd']:,.0f} USD ({budget['price_usd_per_gpu_hour']:g} USD per GPU-hour)"
+    binds = {(p.get("dollar_budget") or budget).get("binds", "budget")
+             for p in document["points"]}
+    if binds == {"budget"}:
+        return usd
+    days = f"{budget['max_days']:g} days"
+    if binds == {"days"}:
+        return (f"{days} (--days binds: {budget['usd']:,.0f} USD at "
+                f"{budget['price_usd_per_gpu_hour']:g} USD per GPU-hour buys more)")
+    return f"{usd} or {days}, whichever is shorter"
+
+
+def sweep_cost_notes(document: Mapping[str, Any]) -> list[str]:
+    """The lines under a sweep table: which limit sets each point's window where both
+    --days and --budget-usd are given (plan.envelope.DollarBudget.binds), and the points
+    whose GPU-hours and cost count the days their run trains (marked
+    :data:`EARLY_STOP_MARK`), with the window's beside them."""
+    axis, points = document["axis"], document["points"]
+    lines = []
+    budget = document["envelope"].get("dollar_budget")
+    if budget is not None and budget.get("max_days") is not None:
+        by_days = [p for p in points if (p.get("dollar_budget") or {}).get("binds") == "days"]
+        by_budget = [p for p in points if p not in by_days]
+        parts = []
+        if by_days:
+            bought = ", ".join(f"{p['dollar_budget']['budget_days']:.3g}" for p in by_days)
+            parts.append(f"--days {budget['max_days']:g} binds at "
+                         f"{_axis_values_text(axis, by_days)} ({budget['usd']:,.0f} USD buys "
+                         f"{bought} days there)")
+        if by_budget:
+            parts.append(f"--budget-usd {budget['usd']:,.0f} binds at "
+                         f"{_axis_values_text(axis, by_budget)} (--days {budget['max_days']:g} "
+                         "is longer)")
+        lines.append("window: " + "; ".join(parts))
+    early = [p for p in points if sweep_point_stops_early(p)]
+    if early:
+        each = "; ".join(
+            f"{axis} {p[axis]:g}: {p['train_days']:.3g} of {p['days']:.3g} days (the window: "
+            f"{p['window_gpu_hours']:,.0f} GPU-hours"
+            + (f", {p['window_cost_usd']:,.0f} USD" if "window_cost_usd" in p else "") + ")"
+            for p in early)
+        lines.append(f"{EARLY_STOP_MARK}: GPU-hours and cost count the days the run trains, "
+                     f"D held at the tokens-per-parameter cap (--tpp), not the whole window: "
+                     f"{each}")
+    return lines
 
 
 def pick_deliverable_text(pick: dict[str, Any], c_model_flops: float) -> str:

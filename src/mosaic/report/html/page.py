@@ -47,6 +47,8 @@ class Column:
     label: str
     fmt: Callable[[Any], str] = str
     text: bool = False  # left-aligned free text (no numeric sort value)
+    # a footnote mark after a row's value ('' for none): a sweep's early-stopping points
+    mark: Callable[[dict[str, Any]], str] | None = None
 
 
 def fmt_float(digits: int) -> Callable[[Any], str]:
@@ -106,7 +108,7 @@ def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, tab
         cells = []
         for c in columns:
             value = row.get(c.key)
-            shown = "–" if value is None else c.fmt(value)
+            shown = "–" if value is None else c.fmt(value) + (c.mark(row) if c.mark else "")
             cells.append(f'<td class="{"text" if c.text else ""}" '
                          f'data-value="{esc(_sort_value(value))}">{esc(shown)}</td>')
         marked = ' class="highlight"' if highlight is not None and highlight(row) else ""

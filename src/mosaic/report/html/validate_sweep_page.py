@@ -21,12 +21,16 @@ from mosaic.report.html.page import (
 )
 from mosaic.report.html.plan_page import SPLIT_COLOURS, stack_text
 from mosaic.report.plan_report import (
+    EARLY_STOP_MARK,
     grid_template_text,
     is_ladder,
     layout_limits_text,
     layout_text,
     precision_text,
+    sweep_budget_text,
+    sweep_cost_notes,
     sweep_extrapolation_rows,
+    sweep_point_stops_early,
 )
 from mosaic.report.validation_summary import accuracy_rows, assumption_counts
 from mosaic.units import GIB
@@ -250,6 +254,7 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     for p in document["points"]:
         o = p["optimum"] or {}
         rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
+                     "stops_early": sweep_point_stops_early(p),
                      "gpu_hours": p["gpu_hours"], "cost_usd": p.get("cost_usd"),
                      "goodput": p.get("goodput"),
                      **{k: o.get(k) for k in (
@@ -258,8 +263,11 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
                          "loss")},
                      "layout": layout_text(o.get("plan"), compact=True) if o else None,
                      "memory_gib": o["memory_bytes"] / GIB if o else None})
+    def early(row: dict[str, Any]) -> str:  # counts the days the run trains only
+        return f" {EARLY_STOP_MARK}" if row["stops_early"] else ""
+
     columns = [Column(axis, axis), Column("c_peak_flops", "C_peak", fmt_si("FLOP")),
-               Column("gpu_hours", "GPU-hours", fmt_float(0)), Column("q", "q"),
+               Column("gpu_hours", "GPU-hours", fmt_float(0), mark=early), Column("q", "q"),
                Column("layers", "L"), Column("d_model", "d"), Column("experts", "E"),
                Column("top_k", "K"), Column("split_factor", "G*"),
                Column("sparsity", "S*", fmt_float(4)), Column("n_active", "N_act", fmt_si()),
@@ -280,15 +288,18 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         columns.insert(at, Column("goodput", "goodput", fmt_float(3)))
     if "price_usd_per_gpu_hour" in document:  # as the terminal table (a trial missed it)
         at = [c.key for c in columns].index("gpu_hours") + 1
-        columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0)))
+        columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0), mark=early))
     network = f" ({e['network']})" if "network" in e else ""
     # the profile the points were predicted with, named as in the terminal (a trial)
     calibration = (f", calibration {document['calibration']['name']}"
                    if isinstance(document.get("calibration"), dict) else "")
     fixed = (f"{e['nodes']} × {e['system']}{network}" if axis == "days"
              else f"{e['days']:g} days on {e['system']}{network}" if budget is None
-             else f"{budget['usd']:,.0f} USD at {budget['price_usd_per_gpu_hour']:g} USD per "
-                  f"GPU-hour on {e['system']}{network} (each node count the window it buys)")
+             # the limit that binds (a sweep said '960 USD' where --days bound)
+             else f"{sweep_budget_text(document)}, on {e['system']}{network}"
+                  + (" (each node count the window it buys)" if any(
+                      (p.get("dollar_budget") or budget).get("binds", "budget") == "budget"
+                      for p in document["points"]) else ""))
     flags = sweep_extrapolation_rows(document)
     return [
         Section("curves", "Allocation curves", [
@@ -300,8 +311,9 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
             *([note("The loss law is extrapolating beyond its fitted data range:"),
                key_value_html(flags, table_id="extrapolation-table")] if flags else []),
             figure_html(sweep_figure(document), "fig-sweep")]),
-        Section("table", "Optimum per budget", [table_html(columns, rows,
-                                                           table_id="sweep-table")]),
+        Section("table", "Optimum per budget", [
+            table_html(columns, rows, table_id="sweep-table"),
+            *(note(line) for line in sweep_cost_notes(document))]),
         Section("space", "Search space", [key_value_html(
             # the backbone as the plan page says it, not the model's dictionary printed
             [(k, grid_template_text(space) if k == "backbone"
