@@ -599,6 +599,44 @@ def test_a_searched_batch_counts_geometry_batch_pairs_against_the_limit(studio):
     validate_plan_form({**grid, "plan.global_batch": "1024:2048"})
 
 
+def test_plan_with_a_checkpoint_interval_and_a_scale_out_what_if_equals_the_cli(studio):
+    """The plan form had no field for `mosaic plan --checkpoint-interval-s` nor
+    `--scale-out-gbps` (a review). Hourly checkpoints of 120 s on 4 x 8 B200 at an MTBF of
+    50,000 h per GPU (M = 50,000 x 3,600 / 32 s) lose 120 / 3,600 + 3,600 / (2 M) (the
+    first-order Young-Daly loss at the stated interval, Young 1974; plan/goodput.py)."""
+    form = {**TINY_PLAN, "plan.mtbf_gpu_hours": "50000", "plan.checkpoint_s": "120",
+            "plan.checkpoint_interval_s": "3600", "plan.scale_out_gbps": "100"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200, body
+    job = wait_plan(studio)
+    assert job["state"] == "done", job
+    cli = cli_json("plan", *TINY_PLAN_ARGS, "--mtbf-gpu-hours", "50000", "--checkpoint-s",
+                   "120", "--checkpoint-interval-s", "3600", "--scale-out-gbps", "100")
+    job_mtbf_s = 50_000 * 3600 / 32
+    assert job["summary"]["goodput"] == pytest.approx(1 - 120 / 3600 - 3600 / (2 * job_mtbf_s),
+                                                      rel=1e-12)
+    assert job["summary"]["goodput"] == cli["envelope"]["goodput"]["goodput"]
+    assert "scale-out 100 Gb/s per GPU" in cli["envelope"]["system"]
+    assert job["summary"]["cluster"] == f"4 × {cli['envelope']['system']}"
+    for key in ("loss", "mfu", "tokens"):
+        assert job["summary"][key] == pytest.approx(cli["optimum"][key], rel=1e-12), key
+
+
+@pytest.mark.parametrize(("form", "field", "words"), [
+    ({"plan.scale_out_gbps": "0"}, "plan.scale_out_gbps", "scale_out_gbps: got 0.0; allowed"),
+    ({"plan.scale_out_gbps": "fast"}, "plan.scale_out_gbps", "must be a number"),
+    ({"plan.checkpoint_interval_s": "3600"}, "plan.checkpoint_interval_s",
+     "checkpoint_interval_s enters the Young-Daly goodput: give it with mtbf_gpu_hours"),
+    ({"plan.mtbf_gpu_hours": "1000", "plan.checkpoint_s": "60",
+      "plan.checkpoint_interval_s": "-1"}, "plan.checkpoint_interval_s",
+     "checkpoint_interval_s: got -1.0; allowed"),
+])
+def test_a_bad_interval_or_scale_out_rate_is_shown_beside_its_field(studio, form, field, words):
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, **form}})
+    assert status == 422 and list(body["errors"]) == [field], body
+    assert words in body["errors"][field], body
+
+
 @pytest.mark.parametrize(("field", "value"), [("plan.checkpoint_s", "-60"),
                                              ("plan.checkpoint_s", "0"),
                                              ("plan.restart_s", "-1")])

@@ -389,7 +389,17 @@ def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, 
     assert cells[-1] == f"{1 - (2 * 120 / mtbf_s) ** 0.5:.4f} (young-daly)", cells
     assert "1.0000 (constant)" in cells[:-1], cells
     assert browser.console_errors(page) == []
-    for key in ("plan.mtbf_gpu_hours", "plan.checkpoint_s"):
+    # the form's checkpoint interval and scale-out what-if (a review: the form had neither):
+    # hourly checkpoints lose 120 / 3,600 + 3,600 / (2 M) (Young 1974 at the stated
+    # interval), and the cluster is the node type's 100 Gb/s variant
+    run({**ONE_GEOMETRY, "plan.mtbf_gpu_hours": "50000", "plan.checkpoint_s": "120",
+         "plan.checkpoint_interval_s": "3600", "plan.scale_out_gbps": "100"})
+    cells = plans_table_column(page, "goodput")
+    assert cells[-1] == f"{1 - 120 / 3600 - 3600 / (2 * mtbf_s):.4f} (young-daly)", cells
+    assert "scale-out 100 Gb/s per GPU" in plans_table_column(page, "cluster")[-1]
+    assert browser.console_errors(page) == []
+    for key in ("plan.mtbf_gpu_hours", "plan.checkpoint_s", "plan.checkpoint_interval_s",
+                "plan.scale_out_gbps"):
         set_field(page, key, "")
 
 

@@ -61,6 +61,9 @@ KEPT_REPORTS = 8
 DEFAULT_PLAN_FORM: dict[str, str] = {
     # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
     "plan.gpu": "B200", "plan.system": "", "plan.nodes": str(TABLE3_NODES),
+    # a what-if scale-out (NIC) rate, Gb/s per GPU one direction (`mosaic plan
+    # --scale-out-gbps`; empty: the node type's own)
+    "plan.scale_out_gbps": "",
     # goodput: empty = 1.0 (the paper's), or Young-Daly from the MTBF fields below
     # empty: Table 3's 20 days, as `mosaic plan` without --days; a USD budget then sets the
     # window without clearing the field first (a trial's budget was refused beside a
@@ -83,9 +86,10 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
     # cost and failures: a price adds the cost; a USD budget sets the window (with days too,
     # the shorter of the two, as `mosaic plan --days D --budget-usd B`); an MTBF gives
-    # Young-Daly goodput instead of the constant one (docs/plan.md)
+    # Young-Daly goodput instead of the constant one, at the optimal checkpoint interval or
+    # the one the job checkpoints at (`--checkpoint-interval-s`; docs/plan.md)
     "plan.price_per_gpu_hour": "", "plan.budget_usd": "", "plan.mtbf_gpu_hours": "",
-    "plan.checkpoint_s": "", "plan.restart_s": "",
+    "plan.checkpoint_s": "", "plan.checkpoint_interval_s": "", "plan.restart_s": "",
     # constraints (docs/plan.md "Constraints"); empty = none
     "plan.max_total_params": "", "plan.max_active_params": "", "plan.unique_tokens": "",
     "plan.pp": "", "plan.ep": "", "plan.sharding": "",
@@ -121,7 +125,8 @@ class _StoppedError(Exception):
 
 # Number fields that may be left empty (None), as the CLI options they are default to none.
 OPTIONAL_NUMBERS = ("days", "goodput", "memory_fraction", "price_per_gpu_hour", "budget_usd",
-                    "mtbf_gpu_hours", "checkpoint_s", "restart_s")
+                    "mtbf_gpu_hours", "checkpoint_s", "checkpoint_interval_s", "restart_s",
+                    "scale_out_gbps")
 
 
 def _optional_numbers(form: dict[str, str], names: tuple[str, ...],
@@ -259,9 +264,11 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None,
             system=str(form["plan.system"]).strip() or None, gpus_per_node=None,
+            scale_out_gbps=optional["scale_out_gbps"],
             days=TABLE3_DAYS if optional["days"] is None else optional["days"],
             goodput=optional["goodput"], mtbf_gpu_hours=optional["mtbf_gpu_hours"],
             checkpoint_s=optional["checkpoint_s"], restart_s=optional["restart_s"] or 0.0,
+            checkpoint_interval_s=optional["checkpoint_interval_s"],
             memory_fraction=optional["memory_fraction"],  # empty: the stack's headroom
             **axes, tpp=form["plan.tpp"],
             stack=get_stack(form["plan.stack"].strip()).name,

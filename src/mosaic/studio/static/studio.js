@@ -47,6 +47,7 @@
   var PLAN_FIELDS = [
     ["plan.gpu", "GPU (catalog name)", "text"],
     ["plan.system", "node type (empty: the GPU's default)", "text"],
+    ["plan.scale_out_gbps", "what-if scale-out, Gb/s per GPU (empty: the node type's)", "number"],
     ["plan.nodes", "nodes", "number"],
     ["plan.days", "window (days; empty: 20, or set by a USD budget; with one, the shorter)", "number"],
     ["plan.goodput", "goodput (empty: 1, or Young-Daly from the MTBF)", "number"],
@@ -72,6 +73,7 @@
     ["plan.budget_usd", "budget, USD (sets the window, or days where shorter; needs the price)", "number"],
     ["plan.mtbf_gpu_hours", "MTBF per GPU, hours (Young-Daly)", "number"],
     ["plan.checkpoint_s", "checkpoint write, s (Young-Daly)", "number"],
+    ["plan.checkpoint_interval_s", "checkpoint every, s (Young-Daly; empty: the optimal interval)", "number"],
     ["plan.restart_s", "restart, s (Young-Daly)", "number"],
     ["plan.max_total_params", "cap on N_tot (e.g. 300B)", "text"],
     ["plan.max_active_params", "cap on N_act (e.g. 12B)", "text"],
