@@ -120,3 +120,67 @@ def test_the_trl_benchmark_rows_name_the_stack() -> None:
             if run["id"].startswith("trlbench2604-")]
     assert len(runs) == 3
     assert {run["stack"] for run in runs} == {"hf-transformers"}
+
+
+def _qwen3_moe_job(ep: int, stack: str = "hf-transformers"):
+    from mosaic.config.job_schema import job_from_document
+
+    return job_from_document({
+        "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                  "ffn": 6144, "vocab": 151936,
+                  "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+        "batch": {"global_seqs": 16, "seq_len": 16384},
+        "parallelism": {"tp": 1, "pp": 1, "ep": ep, "dp": 16, "sharding": "fsdp"},
+        "performance": {"precision": "bf16", "stack": stack, "checkpointing": "full"},
+        "hardware": {"system": "DGX-H100", "nodes": 2}}, "test")
+
+
+def test_hf_expert_parallelism_is_no_token_dispatch_so_searches_keep_ep_1() -> None:
+    """transformers' EP replicates the tokens over the expert group, masks the experts a
+    rank does not hold and all-reduces the partial outputs (expert_parallelism.md; trait
+    layout_ep [1]): none of mosaic's dispatchers, so a search tries ep 1 only, an ep pin is
+    one line, and a job stating ep 8 is refused as one stating pp 2 is; torchtitan's search
+    of the same model still tries expert parallelism."""
+    from dataclasses import replace
+
+    from mosaic.errors import InvalidLayoutError
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.layouts import LayoutLimits, candidate_plans
+
+    hf = _qwen3_moe_job(1)
+    assert get_stack("hf-transformers").layout_ep == (1,)
+    limits = LayoutLimits(tp=1, pp=1, micro_batches=(1,), sharding=("fsdp",),
+                          checkpointing=("full",))
+    assert set(candidate_plans(hf.workload, 16, 8, limits).ep.tolist()) == {1}
+    titan = replace(hf.workload, stack="torchtitan")
+    assert max(candidate_plans(titan, 16, 8, limits).ep.tolist()) > 1
+    with pytest.raises(MosaicInputError,
+                       match=r"^layout ep: stack 'hf-transformers' offers only ep 1$"):
+        candidate_plans(hf.workload, 16, 8, replace(limits, ep=8))
+    calibration = load_calibration("default")
+    assert predict_job(hf, calibration).prediction is not None
+    with pytest.raises(InvalidLayoutError,
+                       match=r"invalid parallel layout: ep: stack 'hf-transformers' offers "
+                             r"only ep 1$"):
+        predict_job(_qwen3_moe_job(8), calibration)
+    assert predict_job(_qwen3_moe_job(8, "torchtitan"), calibration).prediction is not None
+
+
+def test_explain_lists_an_hf_expert_parallel_lever_as_breaking_the_stack_rule() -> None:
+    """explain's ep levers (ep into the NVLink domain, ep doubled) move to a layout the
+    stack does not run: listed as breaking that rule, never ranked feasible."""
+    from mosaic.evaluate.diagnosis import rank_levers
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
+
+    spec = _qwen3_moe_job(1)
+    calibration = load_calibration("default")
+    current = predict_job(spec, calibration)
+    levers = [lever for lever in rank_levers(spec.workload, spec.plan, current.machine,
+                                             calibration)
+              if lever.plan["ep"] != 1]
+    assert levers
+    for lever in levers:
+        assert not lever.feasible
+        assert "ep: stack 'hf-transformers' offers only ep 1" in lever.reason

@@ -691,9 +691,9 @@ def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: 
 
 
 def _moves_layout(plan: PlanRow, current: PlanRow | None) -> bool:
-    """Whether ``plan`` changes the sharding, pp or vpp of ``current`` (None: unknown)."""
+    """Whether ``plan`` changes the sharding, pp, vpp or ep of ``current`` (None: unknown)."""
     return current is None or any(plan[key] != current[key]
-                                  for key in ("sharding", "pp", "vpp"))
+                                  for key in ("sharding", "pp", "vpp", "ep"))
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
@@ -709,7 +709,7 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
         set(zip(plans.pp.tolist(), plans.vpp.tolist(), strict=True)))
     violations = plan_violations(workload, plans, machine.n_devices,
                                  split_stated=split_stated)
-    # a rule, or a sharding, pp or vpp the stack does not offer that the lever moves to (a
+    # a rule, or a sharding, pp, vpp or ep the stack does not offer that the lever moves to (a
     # review: levanter's pp lever was ranked feasible and its `--set` refused; a run
     # record's own recorded sharding stays as recorded)
     reasons = [first_reason(violations, plans, i)

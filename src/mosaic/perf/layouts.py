@@ -263,20 +263,20 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
 def _offers_only(traits: StackTraits, axis: str) -> str:
     """'layout sharding: stack 'torchtitan' offers only none, fsdp, hsdp': the one wording of
     a layout the stack does not offer (stack traits layout_sharding, layout_vpp, layout_pp,
-    layout_etp); degrees as a list ('etp 1', not Python's 'etp in (1,)')."""
+    layout_ep, layout_etp); degrees as a list ('etp 1', not Python's 'etp in (1,)')."""
     def degrees(values: tuple[int, ...] | None) -> str:
         return f"{axis} {', '.join(str(value) for value in values or ())}"
 
     offered = {"sharding": ", ".join(traits.layout_sharding or ()),
                "vpp": degrees(traits.layout_vpp), "pp": degrees(traits.layout_pp),
-               "etp": degrees(traits.layout_etp)}[axis]
+               "ep": degrees(traits.layout_ep), "etp": degrees(traits.layout_etp)}[axis]
     return f"layout {axis}: stack {traits.name!r} offers only {offered}"
 
 
 def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     """``limits`` narrowed to the layouts the workload's stack offers (stack traits
-    ``layout_sharding``, ``layout_vpp``, ``layout_pp`` and ``layout_etp``); an empty
-    intersection is an error."""
+    ``layout_sharding``, ``layout_vpp``, ``layout_pp``, ``layout_ep`` and ``layout_etp``); an
+    empty intersection is an error."""
     traits = workload.traits
     changes: dict[str, Any] = {}
     if traits.layout_sharding is not None:
@@ -291,7 +291,8 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
         if not kept_vpp:
             raise MosaicInputError(_offers_only(traits, "vpp"))
         changes["vpp"] = tuple(kept_vpp)
-    for axis, offered_degrees in (("pp", traits.layout_pp), ("etp", traits.layout_etp)):
+    for axis, offered_degrees in (("pp", traits.layout_pp), ("ep", traits.layout_ep),
+                                  ("etp", traits.layout_etp)):
         if offered_degrees is not None:
             changes[axis] = _offered_pins(traits, axis, getattr(limits, axis),
                                           offered_degrees)
@@ -310,10 +311,10 @@ def _offered_pins(traits: StackTraits, axis: str, pinned: Any,
 
 
 def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -> str | None:
-    """Why plan ``index`` uses a sharding mode, vpp, pp or etp its stack does not offer
-    (stack traits ``layout_sharding``, ``layout_vpp``, ``layout_pp``, ``layout_etp``: what
-    `layouts` and `plan` search), in the words of :func:`stack_limits`; None when it offers
-    them all."""
+    """Why plan ``index`` uses a sharding mode, vpp, pp, ep or etp its stack does not offer
+    (stack traits ``layout_sharding``, ``layout_vpp``, ``layout_pp``, ``layout_ep``,
+    ``layout_etp``: what `layouts` and `plan` search), in the words of
+    :func:`stack_limits`; None when it offers them all."""
     traits = workload.traits
     sharding = Sharding(int(plans.sharding[index])).name.lower()
     if traits.layout_sharding is not None and sharding not in traits.layout_sharding:
@@ -322,6 +323,8 @@ def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -
         return _offers_only(traits, "vpp")
     if traits.layout_pp is not None and int(plans.pp[index]) not in traits.layout_pp:
         return _offers_only(traits, "pp")
+    if traits.layout_ep is not None and int(plans.ep[index]) not in traits.layout_ep:
+        return _offers_only(traits, "ep")
     if traits.layout_etp is not None and int(plans.etp[index]) not in traits.layout_etp:
         return _offers_only(traits, "etp")
     return None

@@ -74,6 +74,7 @@ def _envelope_differences(result: PlanResult, other: PlanResult) -> str:
     mine, theirs = get_stack(a.stack), get_stack(b.stack)
     for label, field in (("sharding modes", "layout_sharding"),
                          ("virtual pipeline stages", "layout_vpp"),
+                         ("expert-parallel degrees", "layout_ep"),
                          ("expert tensor-parallel degrees", "layout_etp")):
         left, right = getattr(mine, field), getattr(theirs, field)
         if left != right:

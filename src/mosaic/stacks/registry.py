@@ -110,6 +110,7 @@ class _Entry(BaseModel):
         Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] = ()
     layout_vpp: tuple[int, ...] | None = None
     layout_pp: tuple[int, ...] | None = None
+    layout_ep: tuple[int, ...] | None = None
     layout_etp: tuple[int, ...] | None = None
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     memory_source: str | None = None
@@ -203,6 +204,7 @@ class StackTraits:
     sharding_without_sequence_parallel: tuple[str, ...]
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     layout_pp: tuple[int, ...] | None  # pipeline degrees it offers; None = any
+    layout_ep: tuple[int, ...] | None  # expert-parallel degrees it offers; None = any
     layout_etp: tuple[int, ...] | None  # expert tensor-parallel degrees it offers; None = any
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
     memory_source: str | None  # why, where the stack sets its own
