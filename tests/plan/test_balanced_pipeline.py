@@ -5,6 +5,7 @@ its layout string, and the export of that optimum predicts the same step again."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -184,3 +185,28 @@ def test_balanced_pipeline_with_pp_pinned_to_one_is_refused_before_the_search():
     assert result.output.strip() == (
         "error: --balanced-pipeline splits a pipeline, and pp is pinned to 1 (no layout "
         "searched has one): allow pp > 1, or drop --balanced-pipeline")
+
+
+@pytest.mark.parametrize(("stack", "limits", "split"), [
+    ("hf-transformers", LayoutLimits(), "none: stack hf-transformers runs no pipeline (pp 1)"),
+    ("megatron-core", LayoutLimits(pp=1), "none: pp pinned to 1"),
+    ("megatron-core", LayoutLimits(), "Megatron's default (whole blocks per stage)"),
+])
+def test_the_printed_split_is_none_where_no_layout_searched_has_a_pipeline(
+        stack, limits, split, law, calibration, capsys):
+    """A stack that runs no pipeline (layout_pp [1]) or a search pinned to pp 1 splits no
+    blocks over stages: the envelope says so rather than naming Megatron's default split
+    (a trial read it on hf-transformers)."""
+    from mosaic.cli.plan_render import print_envelope
+    from mosaic.plan.cost import run_cost
+
+    envelope = Envelope(resolve_system("B200"), n_nodes=1, days=0.05, global_batch=64,
+                        precision=Precision.BF16, stack=stack)
+    result = search(envelope, _space(), law, calibration,
+                    limits=replace(limits, micro_batches=(1,), sharding=("fsdp",),
+                                   checkpointing=("full",)), workers=1)
+    print_envelope(result, run_cost(result.envelope, None))
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if "pipeline split" in line)
+    assert split in row
+    assert ("Megatron" in row) == split.startswith("Megatron")

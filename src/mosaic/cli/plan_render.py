@@ -8,9 +8,9 @@ import typer
 
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.law.extrapolation import extrapolation_rows
-from mosaic.perf.layouts import DEFAULT_MICRO_BATCHES
+from mosaic.perf.layouts import DEFAULT_MICRO_BATCHES, LayoutLimits
 from mosaic.plan.cost import RunCost
-from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope
 from mosaic.plan.search import PlanResult, model_parallel_factor_note
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
@@ -34,6 +34,7 @@ from mosaic.report.plan_report import (
     sweep_point_stops_early,
     untrainable_message,
 )
+from mosaic.stacks import get_stack
 from mosaic.units import GIB, significant
 
 
@@ -52,6 +53,20 @@ def short_count(value: float) -> str:
         if abs(value) >= scale:
             return significant(value / scale) + suffix
     return significant(value)
+
+
+def _pipeline_split_text(envelope: Envelope, limits: LayoutLimits) -> str:
+    """How the searched layouts split the blocks over pipeline stages; none where no layout
+    searched has a pipeline (the stack offers pp 1 only, trait ``layout_pp``, or pp is
+    pinned to 1), which Megatron's split does not describe (a trial read "Megatron's
+    default" on hf-transformers, which runs no pipeline)."""
+    offered = get_stack(envelope.stack).layout_pp
+    if offered is not None and set(offered) == {1}:
+        return f"none: stack {envelope.stack} runs no pipeline (pp 1)"
+    if limits.pp is not None and set(limits.pp) == {1}:
+        return "none: pp pinned to 1"
+    return ("balanced Megatron layouts (embedding, loss, MTP as layer slots)"
+            if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)")
 
 
 def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "default") -> None:
@@ -80,8 +95,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("optimizer", optimizer_text(envelope.to_dict())),
         ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
-        ("pipeline split", "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
-         if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)"),
+        ("pipeline split", _pipeline_split_text(envelope, result.throughput.limits)),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
     ]
     hours, priced = cost_text(cost_document(cost), envelope.days)
