@@ -1305,3 +1305,25 @@ def test_uneven_split_for_a_release_before_the_layout_flag():
                    "megatron")
     assert parse_megatron(titan.text).pipeline_model_parallel_layout == "Et*16|t*16|t*15|t*15L"
     assert any("stack_version 25.02 predates NeMo 25.09" in note for note in titan.unsupported)
+
+
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
+def test_the_header_names_a_dispatcher_only_for_a_model_with_moe_layers(target, tmp_path):
+    """The dispatcher moves tokens between MoE layers' experts: a dense job's header (a
+    trial's Qwen3-8B) names none, an MoE job's names the costed one."""
+    dense = tmp_path / "dense.yaml"
+    dense.write_text(yaml.safe_dump({
+        "model": {"layers": 4, "d_model": 1024, "heads": 8, "kv_heads": 8, "head_dim": 128,
+                  "ffn": 4096, "vocab": 32000},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "sharding": "fsdp"},
+        "batch": {"global_seqs": 64, "seq_len": 4096},
+        "hardware": {"system": "DGX-H100", "nodes": 1}}))
+
+    def batch_line(path: Path) -> str:
+        text = export(load_export_spec(path, [], None), target).text
+        return next(line for line in text.splitlines() if "micro-batch" in line)
+
+    assert "dispatcher" not in batch_line(dense)
+    moe = load_export_spec(JOB, [], None)
+    assert moe.geometry.moe is not None
+    assert f"dispatcher {moe.dispatcher}" in batch_line(JOB)

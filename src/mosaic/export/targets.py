@@ -159,11 +159,13 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
            f"{g.moe.shared_experts} shared, {g.moe.dense_layers} dense-first"
            if g.moe else ""),
         f"batch: {spec.global_seqs} x {spec.seq_len} tokens, micro-batch {spec.micro_seqs}; "
-        f"{precision_label(spec)}; recompute {spec.checkpointing}; sharding {spec.sharding}; "
-        f"dispatcher {spec.dispatcher}"
-        + (f"; routing {spec.routing}" + (f", capacity factor {spec.capacity_factor:g}"
-                                          + (" padded" if spec.pad_to_capacity else "")
-                                          if spec.capacity_factor is not None else "")
+        f"{precision_label(spec)}; recompute {spec.checkpointing}; sharding {spec.sharding}"
+        # the dispatcher and routing of MoE layers: a dense model has neither (a trial read
+        # 'dispatcher alltoall' on a dense Qwen3-8B)
+        + (f"; dispatcher {spec.dispatcher}; routing {spec.routing}"
+           + (f", capacity factor {spec.capacity_factor:g}"
+              + (" padded" if spec.pad_to_capacity else "")
+              if spec.capacity_factor is not None else "")
            if g.moe else ""),
     ]
     if spec.calibration is not None:  # a plan's profile, or a job's --calibration
