@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.diagnosis import diagnose
@@ -73,6 +74,31 @@ def test_a_tp_lever_on_a_stack_without_unstated_sp_leaves_it_off():
     applied = predict_job(load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml",
                                    [*overrides, *tp.overrides]), CALIBRATION)
     assert applied.prediction.step_time_s[0] == pytest.approx(tp.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("stack", ["hf-transformers", "megatron-core"])
+def test_a_tp_lever_on_a_dense_model_states_no_expert_tp(stack, tmp_path):
+    """A dense model has no expert layers for an etp to shard (its unstated etp is 1 at any
+    tp): the tp levers state tp, dp and sequence parallelism, not parallelism.etp (a trial
+    read etp=1 under a dense Qwen3-8B's tp lever), and still give the lever's step."""
+    path = tmp_path / "dense.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"layers": 8, "d_model": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                  "ffn": 12288, "vocab": 151936},
+        "parallelism": {"tp": 2, "pp": 1, "dp": 4, "sharding": "fsdp"},
+        "batch": {"global_seqs": 32, "seq_len": 4096, "micro_seqs": 1},
+        "performance": {"stack": stack, "checkpointing": "full"},
+        "hardware": {"system": "p5.48xlarge", "nodes": 1}}))
+    levers = {lever.name: lever for lever in diagnose(predict_job(load_job(path), CALIBRATION),
+                                                      CALIBRATION).levers}
+    for name in ("tp_double", "tp_halve"):
+        lever = levers[name]
+        assert any(item.startswith("parallelism.tp=") for item in lever.overrides), name
+        assert not any(item.startswith("parallelism.etp=") for item in lever.overrides), name
+        if math.isfinite(lever.step_time_s):
+            applied = predict_job(load_job(path, list(lever.overrides)), CALIBRATION)
+            assert applied.prediction.step_time_s[0] == pytest.approx(lever.step_time_s,
+                                                                       rel=1e-12), name
 
 
 def test_a_release_job_keeps_its_recipe_settings_under_an_fp8_lever():

@@ -20,7 +20,9 @@ UNCHANGED_BLOCKS = ("model", "search")
 # Fields a job file may leave to the loader, which derives them from a field a lever changes:
 # an unstated expert tp and sequence parallelism follow tp (stack trait unstated_etp), an
 # unstated vpp and micro-batch follow pp (interleaved_vpp_default, torchtitan's local batch
-# over pp). A lever that changes the first states the others as it ran them.
+# over pp). A lever that changes the first states the others as it ran them; the expert tp
+# only for a model with MoE layers (a dense model's unstated etp is 1 at any tp,
+# config.layout._unstated_etp, and no layer reads it).
 DEPENDENT_FIELDS = {
     "parallelism.tp": ("parallelism.etp", "parallelism.sequence_parallel"),
     "parallelism.pp": ("parallelism.vpp", "batch.micro_seqs"),
@@ -73,7 +75,8 @@ def _changed(spec: JobSpec, before: dict[str, Any], workload: Workload, plan: Pa
     after = _leaves(job_document(changed_spec))
     changed = [key for key, value in after.items() if before.get(key) != value]
     changed += [dependent for key in list(changed) for dependent in DEPENDENT_FIELDS.get(key, ())
-                if dependent in after and dependent not in changed]
+                if dependent in after and dependent not in changed
+                and (dependent != "parallelism.etp" or workload.geometry.moe is not None)]
     if spec.stack_version is not None and any(key in changed for key in RECIPE_KEYS):
         changed += [key for key in after if key not in changed
                     and key.partition(".")[2] in RECIPE_FIELDS]
