@@ -345,6 +345,10 @@ class JobSpec:
     # performance.uneven_stages 'unstated': pp·vpp need not divide the layers, split as a
     # run record's (the workload's uneven_pipeline_stages stays False)
     unstated_stage_split: bool = False
+    # batch.micro_seqs not stated: the plan's micro-batch is the stack's default for its
+    # global batch, dp and pp (config.layout.default_micro_batch), which a change to them
+    # re-derives (explain's levers, whose `--set` lines leave it to the loader)
+    unstated_micro_batch: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
     measured_oom: bool = False  # a run record that ran out of memory (measured.oom)
     # a run record's measured peak memory per GPU, bytes, and what it measures
@@ -853,6 +857,7 @@ def job_from_document(document: dict[str, Any], where: str,
         tables=tables,
         assumptions=tuple(notes),
         unstated_stage_split=performance.uneven_stages == "unstated",
+        unstated_micro_batch=batch.micro_seqs is None,
         stack_version=performance.stack_version,
         model_name=model.name,
         train_tokens=training.tokens,

@@ -257,6 +257,25 @@ def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> i
     return 1
 
 
+def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int
+                        ) -> tuple[int, str | None]:
+    """(micro-batch, why) of a job that states no ``batch.micro_seqs``, by its stack's default
+    (trait ``micro_batch_default``) for its global batch, dp and pp; ``why`` is None where
+    that default is the schema's one sequence. The one place it is derived: the job loader
+    and `mosaic explain`'s levers that move dp, pp or the global batch read it (a review: a
+    tp lever on hf-transformers kept micro 8, its `--set` lines loaded the whole local
+    batch of 16)."""
+    traits = get_stack(stack)
+    local = global_seqs // dp
+    if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP and pp > 1:
+        return (max(local // pp, 1),
+                f"{stack} splits the local batch of {local} into pp={pp} micro-batches")
+    if traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
+        return (max(local, 1),
+                f"{stack} runs the whole local batch of {local} in one step, no accumulation")
+    return 1, None
+
+
 def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, stack: str,
                    notes: list[str]) -> tuple[int | None, int | None]:
     """(vpp, micro_seqs) with the stack's defaults where the input is silent.
@@ -271,16 +290,9 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
     vpp, micro = parallelism.vpp, batch.micro_seqs
     default_vpp = vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1
     if micro is None:
-        local = batch.global_seqs // dp
-        why = ""
-        if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP:
-            micro = max(local // parallelism.pp, 1) if parallelism.pp > 1 else None
-            why = (f"{stack} splits the local batch of {local} into pp={parallelism.pp} "
-                   "micro-batches")
-        elif traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
-            micro = max(local, 1)
-            why = f"{stack} runs the whole local batch of {local} in one step, no accumulation"
-        if micro is not None:
+        derived, why = default_micro_batch(stack, batch.global_seqs, dp, parallelism.pp)
+        if why is not None:  # else the schema's 1, said where it is filled in
+            micro = derived
             notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
     if default_vpp:
         # an interleaved schedule needs at least pp micro-batches per step

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from mosaic.config.layout import default_micro_batch
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction
 from mosaic.evaluate.lever_overrides import lever_overrides
@@ -636,8 +637,25 @@ def _tensor_parallel(row: PlanRow, unstated_sp: str) -> Iterator[_Candidate]:
                          _with(row, unstated_sp, tp=tp // 2, dp=2 * dp, **moved))
 
 
-def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[_Candidate]:
-    """Every plan-only what-if of the current plan, without duplicates or no-ops."""
+def _loader_micro_batch(workload: Workload, plan: PlanRow, row: PlanRow,
+                        unstated_micro_batch: bool) -> PlanRow:
+    """``plan`` with the micro-batch the job loader gives its dp, pp and global batch
+    (config.layout.default_micro_batch) when the job states none and the what-if sets
+    none of its own, as loading the job with the what-if's `--set` lines does (a review: a
+    tp lever on hf-transformers kept micro 8 where its overrides loaded the whole local
+    batch of 16, 0.743 s against 0.734 s)."""
+    if not unstated_micro_batch or plan["micro_batch"] != row["micro_batch"]:
+        return plan
+    micro, _ = default_micro_batch(workload.stack, workload.global_batch, int(plan["dp"]),
+                                   int(plan["pp"]))
+    return {**plan, "micro_batch": micro}
+
+
+def plan_candidates(workload: Workload, machine: Machine, row: PlanRow,
+                    unstated_micro_batch: bool = False) -> list[_Candidate]:
+    """Every plan-only what-if of the current plan, without duplicates or no-ops;
+    ``unstated_micro_batch``: the job states no micro-batch, so one that moves dp or pp
+    takes the stack's default for them (:func:`_loader_micro_batch`)."""
     seen = {tuple(row.items())}
     unique = []
     for candidate in (*_ep_in_domain(workload, machine, row), *_expert_parallel(workload, row),
@@ -646,6 +664,8 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
                       *_pipeline(row, workload.traits.interleaved_vpp_default),
                       *_micro_batch(row),
                       *_tensor_parallel(row, workload.traits.unstated_sequence_parallel)):
+        candidate = replace(candidate, plan=_loader_micro_batch(
+            workload, candidate.plan, row, unstated_micro_batch))
         key = tuple(candidate.plan.items())
         if key not in seen:
             seen.add(key)
@@ -750,7 +770,8 @@ def _rank(lever: Lever) -> tuple[int, float]:
 
 def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
                 calibration: Calibration, split_stated: bool = True,
-                machine_at: Callable[[Workload], Machine] | None = None) -> list[Lever]:
+                machine_at: Callable[[Workload], Machine] | None = None,
+                unstated_micro_batch: bool = False) -> list[Lever]:
     """Every what-if of a one-plan job, predicted and ranked (best feasible gain first).
 
     Plan-only changes are predicted together in one call; doubling the global batch (more
@@ -765,17 +786,20 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     overlap and one CUDA graph per step (:func:`_workload_what_ifs` lists every
     workload change). ``machine_at`` gives the machine of a workload at another GEMM
     precision (the same cluster, tables and usable memory); with it, a bf16 job also gets
-    its FP8 what-ifs (:func:`_precision_what_ifs`).
+    its FP8 what-ifs (:func:`_precision_what_ifs`). ``unstated_micro_batch``: the job
+    states no micro-batch, so a what-if that moves dp, pp or the global batch runs the
+    stack's default micro-batch for them, as the job loaded with its `--set` lines does.
     """
     current = predict_step(workload, plan, machine, calibration)
     current_tokens_per_s = float(current.tokens_per_s[0])
     row = plan.row(0)
-    levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
-                       calibration, current_tokens_per_s, split_stated, row)
+    levers = _evaluate(plan_candidates(workload, machine, row, unstated_micro_batch),
+                       workload, machine, calibration, current_tokens_per_s, split_stated, row)
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
-        levers += _evaluate([_Candidate(name, description, _row_for(name, changed, row))],
-                            changed, machine, calibration, current_tokens_per_s, split_stated,
-                            row)
+        changed_row = _loader_micro_batch(changed, _row_for(name, changed, row), row,
+                                          unstated_micro_batch)
+        levers += _evaluate([_Candidate(name, description, changed_row)], changed, machine,
+                            calibration, current_tokens_per_s, split_stated, row)
     if machine_at is not None:
         for name, description, changed, other in _precision_what_ifs(workload, machine_at):
             levers += _evaluate([_Candidate(name, description, row)], changed, other,
@@ -1077,7 +1101,8 @@ def diagnose(result: JobPrediction, calibration: Calibration,
                          machine_at=lambda changed: machine_for(
                              result.cluster, changed.precision,
                              result.spec.usable_memory_fraction, result.spec.tables,
-                             fp8_recipe=changed.fp8_recipe))
+                             fp8_recipe=changed.fp8_recipe),
+                         unstated_micro_batch=result.spec.unstated_micro_batch)
     overrides_of = lever_overrides(result.spec)
     return Diagnosis(
         result=result,
