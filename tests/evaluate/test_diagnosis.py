@@ -784,3 +784,20 @@ def test_a_block_level_stack_is_offered_full_checkpointing_once(stack, current, 
               in plan_candidates(workload, machine, row)
               if candidate.name.startswith("checkpointing_")}
     assert levers == offered
+
+
+def test_a_tp_lever_moving_the_expert_tp_to_one_the_stack_does_not_offer_breaks_its_rule():
+    """NeMo AutoModel offers etp 1 only (trait layout_etp). A plan at tp = etp = 2 (a run
+    record's, which keeps its recorded layout) has a tp_double lever that moves etp with tp
+    to 4: listed as breaking the stack's rule, not ranked feasible; tp_halve moves it to the
+    offered 1 and is predicted."""
+    result = job(COMM_BOUND, "performance.stack=nemo-automodel", "parallelism.sharding=fsdp",
+                 "parallelism.tp=2", "parallelism.dp=128", *DROP_AND_PAD)
+    row = {**result.spec.plan.row(0), "etp": 2}
+    levers = {lever.name: lever for lever in rank_levers(
+        result.spec.workload, plans_from_rows([row]), result.machine, CALIBRATION)}
+    doubled, halved = levers["tp_double"], levers["tp_halve"]
+    assert (doubled.plan["etp"], halved.plan["etp"]) == (4, 1)
+    assert not doubled.feasible
+    assert "etp: stack 'nemo-automodel' offers only etp 1" in doubled.reason
+    assert math.isfinite(halved.step_time_s)

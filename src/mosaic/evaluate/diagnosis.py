@@ -711,9 +711,11 @@ def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: 
 
 
 def _moves_layout(plan: PlanRow, current: PlanRow | None) -> bool:
-    """Whether ``plan`` changes the sharding, pp, vpp or ep of ``current`` (None: unknown)."""
+    """Whether ``plan`` changes the sharding, pp, vpp, ep or etp of ``current`` (None:
+    unknown): every degree a stack may restrict (perf.layouts.unoffered_layout; a tp lever
+    moved a recorded etp 2 to 4 on NeMo AutoModel, which offers etp 1, ranked feasible)."""
     return current is None or any(plan[key] != current[key]
-                                  for key in ("sharding", "pp", "vpp", "ep"))
+                                  for key in ("sharding", "pp", "vpp", "ep", "etp"))
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
