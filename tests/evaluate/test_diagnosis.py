@@ -135,6 +135,39 @@ def test_global_batch_lever_changes_only_the_batch(comm_bound):
     assert lever.plan == comm_bound.result.spec.plan.row(0)
 
 
+DENSE_HF_JOB = (
+    "model: {layers: 8, d_model: 4096, heads: 32, kv_heads: 8, head_dim: 128, ffn: 12288,"
+    " vocab: 151936}\n"
+    "parallelism: {tp: 2, pp: 1, dp: 4, sharding: fsdp}\n"
+    "batch: {global_seqs: 32, seq_len: 4096}\n"
+    "performance: {stack: hf-transformers, checkpointing: full}\n"
+    "hardware: {system: p5.48xlarge, nodes: 1}\n")
+
+
+@pytest.mark.parametrize(("micro", "doubled_micro", "how"),
+                         [(4, 4, "more micro-batches per step"),
+                          (None, 16, "the whole local batch in one step")])
+def test_a_doubled_batch_on_a_whole_local_batch_stack_follows_the_jobs_accumulation(
+        micro, doubled_micro, how, tmp_path):
+    """hf-transformers runs the whole local batch in one step unless told to accumulate: a
+    job stating micro 4 of a local batch of 8 accumulates, and its doubled batch runs more
+    micro-batches of 4 (a review: it was described, and run, as the whole local batch in
+    one step, micro-batch doubled); a job stating none runs its whole local batch of 16."""
+    path = tmp_path / "dense.yaml"
+    path.write_text(DENSE_HF_JOB)
+    overrides = [] if micro is None else [f"batch.micro_seqs={micro}"]
+    levers = {lever.name: lever for lever in diagnose(
+        predict_job(load_job(path, overrides), CALIBRATION), CALIBRATION).levers}
+    lever = levers["global_batch_double"]
+    assert lever.global_batch == 64
+    assert how in lever.description
+    assert lever.plan["micro_batch"] == doubled_micro
+    if math.isfinite(lever.step_time_s):
+        applied = predict_job(load_job(path, [*overrides, *lever.overrides]), CALIBRATION)
+        assert applied.prediction.step_time_s[0] == pytest.approx(lever.step_time_s,
+                                                                   rel=1e-12)
+
+
 def test_plans_from_rows_inverts_row():
     plan = job().spec.plan
     assert plans_from_rows([plan.row(0)]).row(0) == plan.row(0)

@@ -798,7 +798,7 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     levers = _evaluate(plan_candidates(workload, machine, row, unstated_micro_batch),
                        workload, machine, calibration, current_tokens_per_s, split_stated, row)
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
-        changed_row = _loader_micro_batch(changed, _row_for(name, changed, row), row,
+        changed_row = _loader_micro_batch(changed, _row_for(name, workload, row), row,
                                           unstated_micro_batch)
         levers += _evaluate([_Candidate(name, description, changed_row)], changed, machine,
                             calibration, current_tokens_per_s, split_stated, row)
@@ -820,16 +820,23 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "routed_experts_mxfp8"})
 
 
-def _whole_local_batch(workload: Workload) -> bool:
-    """The stack runs the whole per-device batch in one step (JAX/XLA trainers: stack trait
-    ``micro_batch_default: whole_local_batch``)."""
-    return workload.traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
+def _whole_local_batch(workload: Workload, row: PlanRow) -> bool:
+    """The job runs its whole per-device batch in one step: its stack does unless told to
+    accumulate (JAX/XLA trainers, hf-transformers: stack trait ``micro_batch_default:
+    whole_local_batch``) and its micro-batch is its local batch. A job stating a smaller
+    micro-batch accumulates gradients on such a stack too (hf-transformers
+    gradient_accumulation_steps; a review: its doubled batch was described as the whole
+    local batch in one step at micro 4 of a local batch of 8)."""
+    return (workload.traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
+            and int(row["micro_batch"]) * int(row["dp"]) >= workload.global_batch)
 
 
 def _row_for(name: str, workload: Workload, row: PlanRow) -> PlanRow:
-    """The plan row a workload what-if runs on: a doubled global batch on a stack without
-    gradient accumulation doubles the micro-batch, not the micro-batch count."""
-    if name == "global_batch_double" and _whole_local_batch(workload):
+    """The plan row a workload what-if of ``workload`` (the job's, before the change) runs
+    on: a doubled global batch of a job that runs its whole local batch in one step doubles
+    the micro-batch, not the micro-batch count; one that accumulates keeps its micro-batch
+    and runs twice the micro-batches."""
+    if name == "global_batch_double" and _whole_local_batch(workload, row):
         return _with(row, micro_batch=2 * int(row["micro_batch"]))
     return row
 
@@ -842,7 +849,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     off that would change its step (each a flag of the stacks named, docs/stacks.md)."""
     doubled = replace(workload, global_batch=2 * workload.global_batch)
     how = ("the whole local batch in one step: micro-batch doubled"
-           if _whole_local_batch(workload) else "more micro-batches per step")
+           if _whole_local_batch(workload, row) else "more micro-batches per step")
     yield ("global_batch_double", f"global batch {workload.global_batch} -> "
            f"{doubled.global_batch} sequences ({how})", doubled)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
