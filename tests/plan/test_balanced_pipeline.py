@@ -206,7 +206,28 @@ def test_the_printed_split_is_none_where_no_layout_searched_has_a_pipeline(
                     limits=replace(limits, micro_batches=(1,), sharding=("fsdp",),
                                    checkpointing=("full",)), workers=1)
     print_envelope(result, run_cost(result.envelope, None))
-    row = next(line for line in capsys.readouterr().out.splitlines()
-               if "pipeline split" in line)
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if "pipeline split" in line)
     assert split in row
     assert ("Megatron" in row) == split.startswith("Megatron")
+    # no EP dispatcher either where the stack offers ep 1 only (hf-transformers)
+    dispatcher = next(line for line in lines if "precision / dispatcher" in line)
+    assert ("alltoall" in dispatcher) == (stack != "hf-transformers")
+
+
+@pytest.mark.parametrize(("stack", "limits", "dispatcher"), [
+    ("hf-transformers", LayoutLimits(),
+     "none (ep 1: stack hf-transformers offers no expert parallelism)"),
+    ("megatron-core", LayoutLimits(ep=1), "none (ep pinned to 1)"),
+    ("megatron-core", LayoutLimits(ep=(1, 2)), "alltoall"),
+    ("megatron-core", LayoutLimits(), "alltoall"),
+])
+def test_the_printed_dispatcher_is_none_where_no_layout_searched_has_ep(stack, limits,
+                                                                       dispatcher):
+    """No layout searched dispatches tokens where the stack offers ep 1 only (trait
+    layout_ep) or ep is pinned to 1: the envelope names no dispatcher there (a trial read
+    "bf16 / alltoall" on hf-transformers, which offers ep 1 only)."""
+    from mosaic.cli.plan_render import _dispatcher_text
+
+    envelope = Envelope(resolve_system("H100"), n_nodes=8, stack=stack)
+    assert _dispatcher_text(envelope, limits) == dispatcher

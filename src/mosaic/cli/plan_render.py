@@ -69,6 +69,18 @@ def _pipeline_split_text(envelope: Envelope, limits: LayoutLimits) -> str:
             if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)")
 
 
+def _dispatcher_text(envelope: Envelope, limits: LayoutLimits) -> str:
+    """The EP token dispatcher of the searched layouts; none where no layout searched has
+    ep > 1 (the stack offers ep 1 only, trait ``layout_ep``, or ep is pinned to 1), where no
+    token is dispatched (a trial read "alltoall" on hf-transformers, which offers ep 1)."""
+    offered = get_stack(envelope.stack).layout_ep
+    if offered is not None and set(offered) == {1}:
+        return f"none (ep 1: stack {envelope.stack} offers no expert parallelism)"
+    if limits.ep is not None and set(limits.ep) == {1}:
+        return "none (ep pinned to 1)"
+    return str(envelope.dispatcher)
+
+
 def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "default") -> None:
     envelope = result.envelope
     goodput = envelope.goodput.describe(envelope.n_devices)
@@ -91,7 +103,8 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("stack / calibration", f"{envelope.stack}"
                                 + (f" {envelope.stack_version}" if envelope.stack_version else "")
                                 + f" / {calibration}"),
-        ("precision / dispatcher", f"{precision_text(envelope.to_dict())} / {envelope.dispatcher}"),
+        ("precision / dispatcher", f"{precision_text(envelope.to_dict())} / "
+                                   f"{_dispatcher_text(envelope, result.throughput.limits)}"),
         ("optimizer", optimizer_text(envelope.to_dict())),
         ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
