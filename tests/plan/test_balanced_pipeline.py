@@ -190,7 +190,7 @@ def test_balanced_pipeline_with_pp_pinned_to_one_is_refused_before_the_search():
 @pytest.mark.parametrize(("stack", "limits", "split"), [
     ("hf-transformers", LayoutLimits(), "none: stack hf-transformers runs no pipeline (pp 1)"),
     ("megatron-core", LayoutLimits(pp=1), "none: pp pinned to 1"),
-    ("megatron-core", LayoutLimits(), "Megatron's default (whole blocks per stage)"),
+    ("megatron-core", LayoutLimits(), "Megatron's default: whole blocks per stage"),
 ])
 def test_the_printed_split_is_none_where_no_layout_searched_has_a_pipeline(
         stack, limits, split, law, calibration, capsys):
@@ -213,6 +213,24 @@ def test_the_printed_split_is_none_where_no_layout_searched_has_a_pipeline(
     # no EP dispatcher either where the stack offers ep 1 only (hf-transformers)
     dispatcher = next(line for line in lines if "precision / dispatcher" in line)
     assert ("alltoall" in dispatcher) == (stack != "hf-transformers")
+
+
+@pytest.mark.parametrize(("stack", "owner", "uneven"), [
+    ("megatron-core", "Megatron's default", "puts the short chunk last"),
+    ("torchtitan", "torchtitan's default", "gives the first L mod (pp·vpp) chunks one block more"),
+    ("nemo-automodel", "nemo-automodel's default",
+     "gives the first L mod (pp·vpp) chunks one block more"),
+])
+def test_the_printed_split_is_the_stacks_own(stack, owner, uneven):
+    """The split line names the stack's own cut (trait uneven_stage_split): torchtitan and
+    NeMo AutoModel give the first stages the extra blocks, not Megatron's default (a review
+    read "Megatron's default" on torchtitan)."""
+    from mosaic.cli.plan_render import _pipeline_split_text
+
+    envelope = Envelope(resolve_system("B200"), n_nodes=1, stack=stack)
+    text = _pipeline_split_text(envelope, LayoutLimits())
+    assert text.startswith(owner) and uneven in text
+    assert ("Megatron" in text) == (stack == "megatron-core")
 
 
 @pytest.mark.parametrize(("stack", "limits", "dispatcher"), [

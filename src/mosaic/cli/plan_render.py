@@ -59,14 +59,25 @@ def _pipeline_split_text(envelope: Envelope, limits: LayoutLimits) -> str:
     """How the searched layouts split the blocks over pipeline stages; none where no layout
     searched has a pipeline (the stack offers pp 1 only, trait ``layout_pp``, or pp is
     pinned to 1), which Megatron's split does not describe (a trial read "Megatron's
-    default" on hf-transformers, which runs no pipeline)."""
+    default" on hf-transformers, which runs no pipeline); else the stack's split (trait
+    ``uneven_stage_split``: a review read "Megatron's default" on torchtitan)."""
     offered = get_stack(envelope.stack).layout_pp
     if offered is not None and set(offered) == {1}:
         return f"none: stack {envelope.stack} runs no pipeline (pp 1)"
     if limits.pp is not None and set(limits.pp) == {1}:
         return "none: pp pinned to 1"
-    return ("balanced Megatron layouts (embedding, loss, MTP as layer slots)"
-            if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)")
+    if envelope.balanced_pipeline:
+        return "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
+    # the search takes pp·vpp dividing the blocks; an uneven split is cut as the stack cuts
+    # it (trait uneven_stage_split, mosaic.perf.pipeline_layout.chunk_bounds: Megatron-Core's
+    # remainder last, torchtitan's and NeMo AutoModel's extra blocks first)
+    traits = get_stack(envelope.stack)
+    owner = ("Megatron's default" if traits.pipeline_layout_flag
+             else f"{envelope.stack}'s default")
+    uneven = ("puts the short chunk last" if traits.uneven_stage_split == "remainder_last"
+              else "gives the first L mod (pp·vpp) chunks one block more")
+    return (f"{owner}: whole blocks per stage, pp·vpp dividing them (an uneven split, not "
+            f"searched, {uneven})")
 
 
 def _dispatcher_text(envelope: Envelope, limits: LayoutLimits) -> str:
