@@ -63,7 +63,8 @@ def _why(mine: dict[str, Any] | None, theirs: dict[str, Any] | None, result: Pla
 def _envelope_differences(result: PlanResult, other: PlanResult) -> str:
     """What else the two plans differ in besides the stacks' costs: the memory a layout may
     fill and the layouts each stack runs (a reviewer's trial: the line named overheads
-    only, where the headroom and the allowed vpp and sharding differed too)."""
+    only, where the headroom and the allowed vpp and sharding differed too; a review: it
+    named the vpp, not the pp, of a stack that runs no pipeline)."""
     from mosaic.stacks.registry import get_stack
 
     a, b = result.envelope, other.envelope
@@ -73,6 +74,7 @@ def _envelope_differences(result: PlanResult, other: PlanResult) -> str:
                      f"{b.usable_memory_fraction:.0%} of HBM")
     mine, theirs = get_stack(a.stack), get_stack(b.stack)
     for label, field in (("sharding modes", "layout_sharding"),
+                         ("pipeline degrees", "layout_pp"),
                          ("virtual pipeline stages", "layout_vpp"),
                          ("expert-parallel degrees", "layout_ep"),
                          ("expert tensor-parallel degrees", "layout_etp")):
