@@ -32,3 +32,15 @@ def test_the_versus_line_names_no_pipeline_difference_where_there_is_none():
     """torchtitan and Megatron-Core both run any pp: no pipeline line."""
     assert "pipeline degrees" not in _envelope_differences(_plan("megatron-core"),
                                                            _plan("torchtitan"))
+
+
+def test_html_stack_text_names_no_dispatcher_on_a_stack_without_expert_parallelism():
+    """The HTML plan page named 'MoE dispatcher alltoall' for hf-transformers, which offers
+    ep 1 only (the terminal says none); a stack with EP keeps it, an unknown name too."""
+    from mosaic.report.html.plan_page import stack_text
+
+    assert "dispatcher" not in stack_text({"stack": "hf-transformers", "dispatcher": "alltoall"})
+    assert "MoE dispatcher alltoall" in stack_text({"stack": "megatron-core",
+                                                   "dispatcher": "alltoall"})
+    assert "MoE dispatcher deepep" in stack_text({"stack": "no-such-stack",
+                                                 "dispatcher": "deepep"})

@@ -557,11 +557,25 @@ def stack_text(envelope: dict[str, Any]) -> str:
         return "not recorded in this file"
     release = envelope.get("stack_version")
     text = stack + (f" {release}" if release else "")
-    if envelope.get("dispatcher"):
+    if envelope.get("dispatcher") and not _offers_ep1_only(stack):
         text += f", MoE dispatcher {envelope['dispatcher']}"
     switches = [name for name in ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
                                   "fp4_param_gather") if envelope.get(name)]
     return text + (f"; {', '.join(switches)}" if switches else "")
+
+
+def _offers_ep1_only(stack: str) -> bool:
+    """The stack offers expert parallelism of 1 only (trait ``layout_ep``), so no searched
+    layout dispatches tokens: the terminal's envelope says 'none' there (a trial read
+    "MoE dispatcher alltoall" on hf-transformers); an unknown name keeps the file's text."""
+    from mosaic.errors import MosaicInputError
+    from mosaic.stacks import get_stack
+
+    try:
+        offered = get_stack(stack).layout_ep
+    except MosaicInputError:
+        return False
+    return offered is not None and set(offered) == {1}
 
 
 def _headroom_text(headroom: dict[str, Any] | None) -> str:
