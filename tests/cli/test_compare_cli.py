@@ -401,6 +401,11 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
      "optimum.train_days is inf; a `mosaic plan --json` document holds a finite, positive"),
     (lambda doc: doc | {"envelope": doc["envelope"] | {"days": 0.0}},
      "envelope.days is 0.0; a `mosaic plan --json` document holds a finite, positive"),
+    # a hand-edited window of 0 GPU-hours was shown beside the side's priced cost
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"gpu_hours": 0}},
+     "envelope.gpu_hours is 0; a `mosaic plan --json` document holds a finite, positive"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"gpu_hours": float("inf")}},
+     "envelope.gpu_hours is inf; a `mosaic plan --json` document holds a finite, positive"),
     (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": 0}},
      "damaged.json: moe.experts must be a positive integer"),
     # a later fuzz trial: nodes "12" was listed as a difference, both costed on 256 GPUs

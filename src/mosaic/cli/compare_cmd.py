@@ -170,10 +170,11 @@ def _job_geometry(geometry: Any) -> dict[str, Any]:
 _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "memory_bytes",
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 _ENVELOPE_NUMBERS = ("days", "n_devices", "gpu_hours", "hbm_bytes_per_device")
-# days a plan writes above zero: the window and the days its run trains (a hand-edited
-# optimum.train_days of 0 costed that side at 0 GPU-hours; an envelope.days of 0 showed a
-# 0-day window beside the window's GPU-hours)
-_POSITIVE_NUMBERS = {("optimum", "train_days"), ("envelope", "days")}
+# numbers a plan writes above zero: the window, the days its run trains and the window's
+# GPU-hours (N_dev x T_train, plan.cost.days_cost) (a hand-edited optimum.train_days of 0
+# costed that side at 0 GPU-hours; an envelope.days of 0 showed a 0-day window beside the
+# window's GPU-hours; an envelope.gpu_hours of 0 showed 0 GPU-hours beside a priced cost)
+_POSITIVE_NUMBERS = {("optimum", "train_days"), ("envelope", "days"), ("envelope", "gpu_hours")}
 # the optimum's figures compare sets side by side, which a plan writes for every candidate
 # (plan.search.PlanResult.candidate): one missing is an edited plan, refused rather than
 # compared as a bare null (a fuzz trial; the CLI contract, cli.contract)
