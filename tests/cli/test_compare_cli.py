@@ -801,3 +801,30 @@ def test_a_plan_file_older_than_its_training_days_is_costed_at_its_window_with_a
     table = runner.invoke(app, ["compare", str(plans[0]), str(older)], terminal_width=200)
     assert "B's GPU-hours and cost: this plan file was written before" in " ".join(
         table.stdout.split())
+
+
+def test_an_equal_price_in_another_currency_replaces_the_plans_usd_figures(plans, tmp_path):
+    """A plan states its price and its window's cost (a dollar budget's, exactly) in USD:
+    compare reused both where the price given was the same number in --currency EUR, so
+    the budget's USD figure stood as the EUR window cost and no note said the plan's own
+    price was replaced."""
+    result = runner.invoke(app, ["plan", "--nodes", "8", "--budget-usd", "1000000",
+                                 "--price-per-gpu-hour", "3.7", "--q", "4", "--experts", "8",
+                                 "--top-k", "1", "--split-factor", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    budget = tmp_path / "budget.json"
+    budget.write_text(result.output)
+    plan = json.loads(result.output)
+    priced = plan["envelope"]["gpu_hours"] * 3.7  # the window's cost at the price given
+    assert plan["train_days"] < plan["envelope"]["days"]  # the window's cost is shown
+    assert plan["window_cost_usd"] != priced  # the budget, not the round trip's
+    args = ("compare", str(plans[0]), str(budget), "--price-per-gpu-hour", "3.7")
+    usd = invoke_json(*args, "--currency", "USD")
+    assert usd["b"]["window_cost"] == plan["window_cost_usd"]
+    assert usd["b"]["replaced_price_per_gpu_hour"] is None
+    eur = invoke_json(*args, "--currency", "EUR")
+    assert eur["b"]["window_cost"] == priced
+    assert eur["b"]["replaced_price_per_gpu_hour"] == plan["price_usd_per_gpu_hour"]
+    table = runner.invoke(app, [*args, "--currency", "EUR"], terminal_width=200)
+    assert "replaces A's own 3 and B's own 3.7 USD per GPU-hour" in " ".join(
+        table.stdout.split())

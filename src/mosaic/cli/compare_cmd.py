@@ -348,13 +348,14 @@ def _absent_notes(sources: dict[str, tuple[Any, str]]) -> dict[str, str]:
 
 
 def _plan_cost(document: dict[str, Any], optimum: dict[str, Any], envelope: dict[str, Any],
-               price: float | None, own_price: float | None) -> dict[str, Any]:
+               price: float | None, at_own_price: bool) -> dict[str, Any]:
     """A plan side's GPU-hours and cost as the plan costs them (plan.cost.days_cost): of the
     days its candidate trains (``train_days``: fewer than the window's where D is held at
     tpp_max and the run stops early; compare costed a 1 M USD budget plan whose run stops
     after 5.6 of 65.1 days at the whole 1 M, where plan says 86k), the window's beside
     them; a plan file written before plans recorded those days is costed at its whole
-    window, with a note where its run may stop early."""
+    window, with a note where its run may stop early. ``at_own_price``: ``price`` is the
+    plan's own (in USD), so its stated window cost stands."""
     from mosaic.plan.cost import days_cost
 
     gpus, days = envelope.get("n_devices"), envelope.get("days")
@@ -363,8 +364,8 @@ def _plan_cost(document: dict[str, Any], optimum: dict[str, Any], envelope: dict
         return {"gpu_hours": hours,
                 "cost": None if price is None or hours is None else hours * price}
     train_days = optimum.get("train_days")
-    # the window's cost as the plan stated it (its dollar budget) where priced alike
-    stated = document.get("window_cost_usd") if price == own_price else None
+    # the window's cost as the plan stated it (its dollar budget, in USD) where priced alike
+    stated = document.get("window_cost_usd") if at_own_price else None
     cost = days_cost(gpus, days, train_days, price,
                      window_gpu_hours=envelope.get("gpu_hours"), window_cost_usd=stated)
     side: dict[str, Any] = {"gpu_hours": cost.gpu_hours, "cost": cost.cost_usd,
@@ -379,8 +380,10 @@ def _plan_cost(document: dict[str, Any], optimum: dict[str, Any], envelope: dict
     return side
 
 
-def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
-    """The optimum of a `mosaic plan --json` document on the common footing."""
+def plan_side(path: Path, document: dict[str, Any], price: float | None,
+              currency: str = "USD") -> dict[str, Any]:
+    """The optimum of a `mosaic plan --json` document on the common footing, costed at
+    ``price`` per GPU-hour in ``currency`` (None: the plan's own price, in USD)."""
     from mosaic.export.spec import spec_from_plan_document
     from mosaic.perf.headroom import memory_fit_text
 
@@ -415,7 +418,10 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     own_price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
     if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
         price = own_price
-    cost = _plan_cost(document, optimum, envelope, price, own_price)
+    # the plan's price stands where the price given is the same number in the same currency
+    # (a plan prices in USD): an equal number in EUR replaces it, and its USD window cost
+    kept_own_price = price == own_price and currency == "USD"
+    cost = _plan_cost(document, optimum, envelope, price, kept_own_price)
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
     capacity_from = "optimum_step.capacity_bytes or envelope.hbm_bytes_per_device"
     fraction = (envelope.get("memory_headroom") or {}).get("usable_memory_fraction")
@@ -491,7 +497,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "geometry": geometry,
         "inputs": inputs,
         # the plan's own price where --price-per-gpu-hour replaced it (said on screen)
-        "replaced_price_per_gpu_hour": own_price if own_price not in (None, price) else None,
+        "replaced_price_per_gpu_hour": (own_price if own_price is not None
+                                        and not kept_own_price else None),
         "caveats": _plan_caveats(document, optimum),
         "loss_interval": _plan_loss_interval(document, geometry),
         "loss_interval_draws": _plan_interval_draws(document),
@@ -664,7 +671,7 @@ def compare(
             document = parse_json(read_text(file, "plan document"), str(file))
             if rank is not None:
                 document = plan_candidate(document, rank, str(path))
-            sides.append(plan_side(path, document, price))
+            sides.append(plan_side(path, document, price, currency))
     document = compare_document(sides[0], sides[1], currency, assumed)
     if json_output:
         print_json(document)
