@@ -1,5 +1,6 @@
 """`mosaic plan` and `mosaic sweep`: JSON documents, figures, one-line errors."""
 
+import html
 import json
 
 import numpy as np
@@ -484,3 +485,23 @@ def test_sweeps_take_the_scale_out_what_if():
                                "--scale-out-gbps", "100"])
     assert text.exit_code == 0, text.output
     assert "node type: p6-b200.48xlarge (scale-out 100 Gb/s per GPU)" in text.stdout
+
+
+@pytest.mark.parametrize("axis, fixed_flag", [("nodes", ["--days", "2"]),
+                                              ("days", SMALL[:2])])
+def test_a_sweep_table_names_what_it_holds_fixed_as_its_page_does(tmp_path, axis, fixed_flag):
+    """`sweep nodes` titled its table "MOSAIC optimum per nodes (Fig. 11)" with the fixed
+    window nowhere on screen, and `sweep days` without the node count, where the HTML
+    report's "Fixed" line gives them (a review): the title names them in the page's words."""
+    page = tmp_path / "sweep.html"
+    args = ["sweep", axis, "--values", "1,2", *fixed_flag, *SMALL[4:]]
+    document = run_json(*args, "--html", str(page))
+    envelope = document["envelope"]
+    table = runner.invoke(app, args, terminal_width=250)
+    assert table.exit_code == 0, table.output
+    text = " ".join(table.stdout.split())
+    held = (f"{envelope['days']:g} days on {envelope['system']}" if axis == "nodes"
+            else f"{envelope['nodes']} × {envelope['system']}")
+    assert f"(Fig. 11) at {held}" in text
+    fixed = html.unescape(page.read_text()).split("Fixed: ", 1)[1].split(", batch ", 1)[0]
+    assert f"(Fig. 11) at {fixed}" in text

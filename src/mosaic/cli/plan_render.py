@@ -29,8 +29,8 @@ from mosaic.report.plan_report import (
     optimizer_text,
     pick_deliverable_text,
     precision_text,
-    sweep_budget_text,
     sweep_cost_notes,
+    sweep_fixed_text,
     sweep_point_stops_early,
     untrainable_message,
 )
@@ -450,8 +450,9 @@ def print_sweep(points: list[SweepPoint], document: dict[str, Any]) -> None:
                      else "")
                   if g in p.best_per_split else "-" for g in splits]
         rows.append(cells)
-    fixed = sweep_budget_text(document)  # the limit that binds (--days or --budget-usd)
-    title = f"MOSAIC optimum per {axis} (Fig. 11)" + ("" if fixed is None else f" at {fixed}")
+    # what the sweep holds, as the HTML report's "Fixed" line: the window or the limit that
+    # binds (--days or --budget-usd) and the node type, or the cluster of a sweep over days
+    title = f"MOSAIC optimum per {axis} (Fig. 11) at {sweep_fixed_text(document)}"
     print_table(title, columns, rows)
     for line in sweep_cost_notes(document):
         # the marked cells are the cost column's: no such line without it

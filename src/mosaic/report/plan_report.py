@@ -419,6 +419,26 @@ def sweep_budget_text(document: Mapping[str, Any]) -> str | None:
     return f"{usd} or {days}, whichever is shorter"
 
 
+def sweep_fixed_text(document: Mapping[str, Any]) -> str:
+    """What a sweep holds while its axis varies (paper Sec. 7.4, Fig. 11), for the
+    terminal table's title and the HTML report's "Fixed" line alike: the cluster of a sweep
+    over days ('32 × p6-b200.48xlarge'); the window and node type of one over node counts
+    ('30 days on p6-b200.48xlarge'), or its dollar budget's limit that binds
+    (:func:`sweep_budget_text`). The terminal title said neither (a review)."""
+    e = document["envelope"]
+    network = f" ({e['network']})" if "network" in e else ""
+    if document["axis"] == "days":
+        return f"{e['nodes']} × {e['system']}{network}"
+    budget = e.get("dollar_budget")
+    if budget is None:
+        return f"{e['days']:g} days on {e['system']}{network}"
+    # the limit that binds (a sweep said '960 USD' where --days bound)
+    buys = any((p.get("dollar_budget") or budget).get("binds", "budget") == "budget"
+               for p in document["points"])
+    return (f"{sweep_budget_text(document)}, on {e['system']}{network}"
+            + (" (each node count the window it buys)" if buys else ""))
+
+
 def sweep_cost_notes(document: Mapping[str, Any]) -> list[str]:
     """The lines under a sweep table: which limit sets each point's window where both
     --days and --budget-usd are given (plan.envelope.DollarBudget.binds), and the points

@@ -27,9 +27,9 @@ from mosaic.report.plan_report import (
     layout_limits_text,
     layout_text,
     precision_text,
-    sweep_budget_text,
     sweep_cost_notes,
     sweep_extrapolation_rows,
+    sweep_fixed_text,
     sweep_point_stops_early,
 )
 from mosaic.report.validation_summary import accuracy_rows, assumption_counts
@@ -289,17 +289,10 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     if "price_usd_per_gpu_hour" in document:  # as the terminal table (a trial missed it)
         at = [c.key for c in columns].index("gpu_hours") + 1
         columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0), mark=early))
-    network = f" ({e['network']})" if "network" in e else ""
     # the profile the points were predicted with, named as in the terminal (a trial)
     calibration = (f", calibration {document['calibration']['name']}"
                    if isinstance(document.get("calibration"), dict) else "")
-    fixed = (f"{e['nodes']} × {e['system']}{network}" if axis == "days"
-             else f"{e['days']:g} days on {e['system']}{network}" if budget is None
-             # the limit that binds (a sweep said '960 USD' where --days bound)
-             else f"{sweep_budget_text(document)}, on {e['system']}{network}"
-                  + (" (each node count the window it buys)" if any(
-                      (p.get("dollar_budget") or budget).get("binds", "budget") == "budget"
-                      for p in document["points"]) else ""))
+    fixed = sweep_fixed_text(document)  # as the terminal table's title names it
     flags = sweep_extrapolation_rows(document)
     return [
         Section("curves", "Allocation curves", [
