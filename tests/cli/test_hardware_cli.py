@@ -121,6 +121,29 @@ def test_perf_on_a_user_system(user_catalog):
     assert json.loads(env.stdout)["name"] == "X1000"
 
 
+def test_mosaic_catalog_names_several_files_as_path_does(tmp_path):
+    """MOSAIC_CATALOG was split on spaces (click's default for a repeatable option): a file
+    under "my hw/" was not found and "a.yaml:b.yaml" was read as one file name. It takes
+    os.pathsep-separated files, as PATH does."""
+    folder = tmp_path / "my hw"
+    folder.mkdir()
+    first, second = folder / "a.yaml", folder / "b.yaml"
+    first.write_text(USER_CATALOG)
+    second.write_text(USER_CATALOG.replace("X1000", "X2000").replace("x1k", "x2k"))
+    both = os.pathsep.join([str(first), str(second)])
+    for argv in (["hardware", "list", "--json"], ["perf", str(JOB), "--json"]):
+        result = runner.invoke(app, argv, env={"MOSAIC_CATALOG": both})
+        assert result.exit_code == 0, result.output
+    listed = runner.invoke(app, ["hardware", "list", "--json"], env={"MOSAIC_CATALOG": both})
+    names = {device["name"] for device in json.loads(listed.stdout)["devices"]}
+    assert {"X1000", "X2000"} <= names
+    # the command line's repeatable option is unchanged
+    typed = runner.invoke(app, ["--catalog", str(first), "hardware", "list", "--json",
+                                "--catalog", str(second)], env={"MOSAIC_CATALOG": None})
+    assert typed.exit_code == 0, typed.output
+    assert {"X1000", "X2000"} <= {d["name"] for d in json.loads(typed.stdout)["devices"]}
+
+
 def test_invalid_catalog_is_one_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(USER_CATALOG.replace("value: 64.0e+9", "value: -1"))

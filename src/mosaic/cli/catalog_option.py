@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,11 +10,12 @@ import typer
 
 from mosaic.hardware import Catalog, active_catalog, active_catalog_paths, use_catalog
 
+# list[Path]: MOSAIC_CATALOG is split on os.pathsep, as PATH is (see mosaic.cli.main._root)
 CatalogFileOption = Annotated[list[Path] | None, typer.Option(
     "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
     help="your hardware catalog YAML (devices:, systems:; docs/hardware.md), merged over the "
          "shipped one: an entry with a shipped name replaces it (repeatable; env "
-         "MOSAIC_CATALOG)")]
+         f"MOSAIC_CATALOG: files separated by '{os.pathsep}', as in PATH)")]
 
 
 def apply_catalog(paths: list[Path] | None) -> Catalog:

@@ -185,10 +185,14 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# list[Path], not list[str]: typer splits a Path list's environment variable on os.pathsep
+# (typer/_coercion.py, envvar_list_splitter; click.Path's likewise), a str list's on
+# whitespace, which broke a catalog path with a space and read "a.yaml:b.yaml" as one file.
 @app.callback()
-def _root(ctx: typer.Context, catalog: Annotated[list[str] | None, typer.Option(
+def _root(ctx: typer.Context, catalog: Annotated[list[Path] | None, typer.Option(
         "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
-        help="your hardware catalog YAML, merged over the shipped one for any command")
+        help="your hardware catalog YAML, merged over the shipped one for any command "
+             f"(repeatable; env MOSAIC_CATALOG: files separated by '{os.pathsep}', as in PATH)")
           ] = None,
           quiet: Annotated[bool, typer.Option(
               "--quiet", "-q", help="no progress lines or bars on stderr (also MOSAIC_QUIET=1)")
