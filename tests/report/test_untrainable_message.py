@@ -44,13 +44,24 @@ def test_a_model_flops_pick_without_a_layout_says_so():
     none = {"prescription_feasible": False, "deliverable_flops": 0.0}
     assert pick_deliverable_text(none, 8e22) == "no: none of its layouts fits this cluster"
     assert loss_gap_text(None, none) == "- (the pick cannot train on this cluster)"
+    enough = {"prescription_feasible": True, "deliverable_flops": 9.24e22}
+    assert loss_gap_text(0.0266, enough) == "+0.0266"
+
+
+def test_the_model_flops_row_says_what_the_window_delivers_and_what_the_pick_needs():
+    """'yes: the window delivers 1.26e+23 of its 9.51e+22 FLOP' read as a contradiction (a
+    trial): each figure is named, the delivered FLOP and the C_model the pick needs."""
+    from mosaic.report.plan_report import pick_deliverable_text
+
     short = {"prescription_feasible": False, "deliverable_flops": 4.2e20}
     assert pick_deliverable_text(short, 8e22) == (
-        "no: the window delivers 4.2e+20 of its 8e+22 FLOP")
-    enough = {"prescription_feasible": True, "deliverable_flops": 9.24e22}
-    assert pick_deliverable_text(enough, 8e22) == (
-        "yes: the window delivers 9.24e+22 of its 8e+22 FLOP")
-    assert loss_gap_text(0.0266, enough) == "+0.0266"
+        "no: the window delivers 4.2e+20 FLOP on this pick, short of the 8e+22 FLOP "
+        "(C_model) it needs")
+    enough = {"prescription_feasible": True, "deliverable_flops": 1.26e23}
+    text = pick_deliverable_text(enough, 9.51e22)
+    assert text == ("yes: the window delivers 1.26e+23 FLOP on this pick, at least the "
+                    "9.51e+22 FLOP (C_model) it needs")
+    assert "of its" not in text
 
 
 def test_the_levers_of_several_reasons_are_listed_once():

@@ -475,14 +475,19 @@ def sweep_cost_notes(document: Mapping[str, Any]) -> list[str]:
 
 
 def pick_deliverable_text(pick: dict[str, Any], c_model_flops: float) -> str:
-    """Whether the model-FLOPs pick's C_model fits the window: 'yes: the window delivers
-    9.24e+22 of its 8e+22 FLOP', or why not ('no: none of its layouts fits this cluster'
-    where it delivers nothing; it read 'no (0 FLOP)', and a bare FLOP figure a trial could
-    not place)."""
+    """Whether the model-FLOPs pick's C_model fits the window (Eq. 3: C_model ≤
+    C_deliverable), both figures named: 'yes: the window delivers 9.24e+22 FLOP on this pick,
+    at least the 8e+22 FLOP (C_model) it needs', or 'no: ... short of ...'; 'no: none of its
+    layouts fits this cluster' where it delivers nothing. (It read 'no (0 FLOP)', a bare
+    FLOP figure a trial could not place, then 'yes: the window delivers 1.26e+23 of its
+    9.51e+22 FLOP', which read as a contradiction.)"""
     if not pick["prescription_feasible"] and not pick["deliverable_flops"]:
         return "no: none of its layouts fits this cluster"
-    text = (f"{'yes' if pick['prescription_feasible'] else 'no'}: the window delivers "
-            f"{pick['deliverable_flops']:.3g} of its {c_model_flops:.3g} FLOP")
+    feasible = pick["prescription_feasible"]
+    text = (f"{'yes' if feasible else 'no'}: the window delivers "
+            f"{pick['deliverable_flops']:.3g} FLOP on this pick, "
+            f"{'at least' if feasible else 'short of'} the {c_model_flops:.3g} FLOP (C_model) "
+            "it needs")
     tpp, tpp_min = pick.get("tokens_per_active_param"), pick.get("tpp_min")
     if tpp is not None and tpp_min is not None and tpp < tpp_min:
         # Eq. 16 has no token floor, the search has (a trial read "yes" beside the same
