@@ -872,6 +872,21 @@ def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
     assert "run it with `mosaic perf FILE`" in shipped.stdout
 
 
+def test_the_catalog_named_in_an_export_header_is_quoted_for_a_shell(tmp_path):
+    """A catalog under a folder with a space was written unquoted into the header's command
+    ('--catalog /x/my hw/hw.yaml'), which breaks when pasted into a shell."""
+    folder = tmp_path / "my hw"
+    folder.mkdir()
+    catalog = _user_catalog(folder)
+    document = yaml.safe_load(JOB.read_text())
+    document["hardware"] = {"system": "acme-h100-ib"}
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["--catalog", str(catalog), "export", str(job), "--to", "yaml"])
+    assert result.exit_code == 0, result.output
+    assert f"run it with `mosaic --catalog {shlex.quote(str(catalog))} perf FILE`" in result.stdout
+
+
 def test_a_plan_on_a_user_node_type_names_the_catalog_to_pass_again(tmp_path):
     """A plan made with --catalog records its files; exported without them, the one-line
     error says to pass them again (a trial got only "unknown system"), and with them the

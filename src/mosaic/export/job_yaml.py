@@ -34,7 +34,10 @@ def render(spec: ExportSpec) -> ExportResult:
 
 def catalog_option(job: dict) -> str:
     """``--catalog FILE `` when the job's node type is not the shipped one of its name (a
-    user's catalog entry: `mosaic perf` without it says "unknown system", a trial)."""
+    user's catalog entry: `mosaic perf` without it says "unknown system", a trial), quoted
+    for a shell (a catalog under "my hw/" broke the pasted command)."""
+    import shlex
+
     from mosaic.hardware import active_catalog, active_catalog_paths, shipped_catalog
 
     name = (job.get("hardware") or {}).get("system")
@@ -46,7 +49,7 @@ def catalog_option(job: dict) -> str:
             return ""
     except MosaicInputError:  # not a shipped node type (or not one at all: perf says so)
         pass
-    return "".join(f"--catalog {path} " for path in paths)
+    return "".join(f"--catalog {shlex.quote(str(path))} " for path in paths)
 
 
 def perf_command(calibration: str | None, catalog: str = "") -> str:
