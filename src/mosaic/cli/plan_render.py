@@ -34,7 +34,7 @@ from mosaic.report.plan_report import (
     sweep_point_stops_early,
     untrainable_message,
 )
-from mosaic.stacks import get_stack
+from mosaic.stacks import degree_one_only, get_stack
 from mosaic.units import GIB, significant
 
 
@@ -61,17 +61,16 @@ def _pipeline_split_text(envelope: Envelope, limits: LayoutLimits) -> str:
     pinned to 1), which Megatron's split does not describe (a trial read "Megatron's
     default" on hf-transformers, which runs no pipeline); else the stack's split (trait
     ``uneven_stage_split``: a review read "Megatron's default" on torchtitan)."""
-    offered = get_stack(envelope.stack).layout_pp
-    if offered is not None and set(offered) == {1}:
+    traits = get_stack(envelope.stack)
+    if degree_one_only(traits.layout_pp):
         return f"none: stack {envelope.stack} runs no pipeline (pp 1)"
-    if limits.pp is not None and set(limits.pp) == {1}:
+    if degree_one_only(limits.pp):
         return "none: pp pinned to 1"
     if envelope.balanced_pipeline:
         return "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
     # the search takes pp·vpp dividing the blocks; an uneven split is cut as the stack cuts
     # it (trait uneven_stage_split, mosaic.perf.pipeline_layout.chunk_bounds: Megatron-Core's
     # remainder last, torchtitan's and NeMo AutoModel's extra blocks first)
-    traits = get_stack(envelope.stack)
     owner = ("Megatron's default" if traits.pipeline_layout_flag
              else f"{envelope.stack}'s default")
     uneven = ("puts the short chunk last" if traits.uneven_stage_split == "remainder_last"
@@ -84,10 +83,9 @@ def _dispatcher_text(envelope: Envelope, limits: LayoutLimits) -> str:
     """The EP token dispatcher of the searched layouts; none where no layout searched has
     ep > 1 (the stack offers ep 1 only, trait ``layout_ep``, or ep is pinned to 1), where no
     token is dispatched (a trial read "alltoall" on hf-transformers, which offers ep 1)."""
-    offered = get_stack(envelope.stack).layout_ep
-    if offered is not None and set(offered) == {1}:
+    if degree_one_only(get_stack(envelope.stack).layout_ep):
         return f"none (ep 1: stack {envelope.stack} offers no expert parallelism)"
-    if limits.ep is not None and set(limits.ep) == {1}:
+    if degree_one_only(limits.ep):
         return "none (ep pinned to 1)"
     return str(envelope.dispatcher)
 

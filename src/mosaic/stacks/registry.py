@@ -79,6 +79,13 @@ RELEASE_FORMAT = ("expected a release YY.MM with a month 01-12, e.g. 26.06, or a
                   "release YY.MM.0N, e.g. 26.06.01")
 
 
+def degree_one_only(degrees: tuple[int, ...] | None) -> bool:
+    """Whether a set of offered (or searched) parallel degrees is {1}: no layout splits
+    that axis (a stack's ``layout_pp`` / ``layout_ep``, or a search pinned to 1); None is
+    any degree."""
+    return degrees is not None and set(degrees) == {1}
+
+
 def check_release(text: str, option: str) -> None:
     """MosaicInputError naming ``option`` unless ``text`` is a release (YY.MM or YY.MM.0N)."""
     if re.fullmatch(STACK_VERSION_PATTERN, text) is None:

@@ -569,13 +569,12 @@ def _offers_ep1_only(stack: str) -> bool:
     layout dispatches tokens: the terminal's envelope says 'none' there (a trial read
     "MoE dispatcher alltoall" on hf-transformers); an unknown name keeps the file's text."""
     from mosaic.errors import MosaicInputError
-    from mosaic.stacks import get_stack
+    from mosaic.stacks import degree_one_only, get_stack
 
     try:
-        offered = get_stack(stack).layout_ep
+        return degree_one_only(get_stack(stack).layout_ep)
     except MosaicInputError:
         return False
-    return offered is not None and set(offered) == {1}
 
 
 def _headroom_text(headroom: dict[str, Any] | None) -> str:
