@@ -98,9 +98,16 @@ def _closest_window_example(rows: list[dict[str, Any]]) -> str | None:
     if not short:
         return None
     row = max(short, key=lambda r: r["budget_tokens"] / r["min_tokens"])
-    got, needed = row["budget_tokens"], row["min_tokens"]
-    return (f"closest: {geometry_label(row)}, whose best layout gets {got:.3g} tokens in the "
-            f"window, {got / needed:.2g}x the {needed:.3g} (tpp_min·N_act) it needs")
+    return (f"closest: {geometry_label(row)}, whose best layout gets "
+            f"{_share_of_needed(row['budget_tokens'], row['min_tokens'], 'in the window')}")
+
+
+def _share_of_needed(tokens: float, needed: float, where: str = "") -> str:
+    """'1.2e+12 tokens[ where], 0.24x the 5e+12 (tpp_min·N_act) it needs': the tokens a
+    window gives a geometry against the fewest it must train on (one wording for the plan's
+    and the peak bound's untrainable messages)."""
+    return (f"{tokens:.3g} tokens{' ' + where if where else ''}, {tokens / needed:.2g}x the "
+            f"{needed:.3g} (tpp_min·N_act) it needs")
 
 
 # The most a global batch is advised to grow (x) to let the data-parallel group span the
@@ -162,9 +169,7 @@ def window_untrainable_message(envelope: Any, space: Any, grid: Any, bound: Any)
     return (f"no geometry of the grid is trainable on {nodes} in {days}: even with every "
             f"GEMM at the GPUs' full peak the window gives the closest geometry "
             f"({geometry_label(grid_row_identity(grid, closest))}) "
-            f"{bound.tokens[closest]:.3g} tokens, "
-            f"{bound.tokens[closest] / needed[closest]:.2g}x the {needed[closest]:.3g} "
-            f"(tpp_min·N_act) it needs; "
+            f"{_share_of_needed(bound.tokens[closest], needed[closest])}; "
             + _advice([WINDOW_CATEGORY], "", _budget_sets_window(envelope)))
 
 
@@ -398,6 +403,14 @@ def _axis_values_text(axis: str, points: list[Mapping[str, Any]]) -> str:
     return f"{axis} {', '.join(f'{p[axis]:g}' for p in points)}"
 
 
+def _sweep_binds(document: Mapping[str, Any]) -> set[str]:
+    """Which limits set the windows of a sweep under --budget-usd: 'budget', 'days' or both
+    (each point's dollar_budget.binds; a point without its own, the envelope's)."""
+    budget = document["envelope"]["dollar_budget"]
+    return {(p.get("dollar_budget") or budget).get("binds", "budget")
+            for p in document["points"]}
+
+
 def sweep_budget_text(document: Mapping[str, Any]) -> str | None:
     """The fixed budget of a sweep over node counts under --budget-usd, naming the limit
     that binds: '960 USD (2 USD per GPU-hour)'; '2 days (--days binds: 960 USD at 2 USD
@@ -408,8 +421,7 @@ def sweep_budget_text(document: Mapping[str, Any]) -> str | None:
     if budget is None:
         return None
     usd = f"{budget['usd']:,.0f} USD ({budget['price_usd_per_gpu_hour']:g} USD per GPU-hour)"
-    binds = {(p.get("dollar_budget") or budget).get("binds", "budget")
-             for p in document["points"]}
+    binds = _sweep_binds(document)
     if binds == {"budget"}:
         return usd
     days = f"{budget['max_days']:g} days"
@@ -433,8 +445,7 @@ def sweep_fixed_text(document: Mapping[str, Any]) -> str:
     if budget is None:
         return f"{e['days']:g} days on {e['system']}{network}"
     # the limit that binds (a sweep said '960 USD' where --days bound)
-    buys = any((p.get("dollar_budget") or budget).get("binds", "budget") == "budget"
-               for p in document["points"])
+    buys = "budget" in _sweep_binds(document)
     return (f"{sweep_budget_text(document)}, on {e['system']}{network}"
             + (" (each node count the window it buys)" if buys else ""))
 
