@@ -856,16 +856,22 @@ def _user_catalog(folder: Path) -> Path:
     return catalog
 
 
+def _job_on_user_node_type(folder: Path) -> Path:
+    """The example job on the user catalog's node type acme-h100-ib (:func:`_user_catalog`)."""
+    document = yaml.safe_load(JOB.read_text())
+    document["hardware"] = {"system": "acme-h100-ib"}
+    job = folder / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    return job
+
+
 def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
     """A job on a node type from the user's catalog was exported with "run it with `mosaic
     perf FILE`", which then says "unknown system" (a trial): the header names the catalog;
     a shipped node type still needs none."""
     catalog = _user_catalog(tmp_path)
-    document = yaml.safe_load(JOB.read_text())
-    document["hardware"] = {"system": "acme-h100-ib"}
-    job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump(document))
-    result = runner.invoke(app, ["--catalog", str(catalog), "export", str(job), "--to", "yaml"])
+    result = runner.invoke(app, ["--catalog", str(catalog), "export",
+                                 str(_job_on_user_node_type(tmp_path)), "--to", "yaml"])
     assert result.exit_code == 0, result.output
     assert f"run it with `mosaic --catalog {catalog} perf FILE`" in result.stdout
     shipped = runner.invoke(app, ["--catalog", str(catalog), "export", str(JOB), "--to", "yaml"])
@@ -878,11 +884,8 @@ def test_the_catalog_named_in_an_export_header_is_quoted_for_a_shell(tmp_path):
     folder = tmp_path / "my hw"
     folder.mkdir()
     catalog = _user_catalog(folder)
-    document = yaml.safe_load(JOB.read_text())
-    document["hardware"] = {"system": "acme-h100-ib"}
-    job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump(document))
-    result = runner.invoke(app, ["--catalog", str(catalog), "export", str(job), "--to", "yaml"])
+    result = runner.invoke(app, ["--catalog", str(catalog), "export",
+                                 str(_job_on_user_node_type(tmp_path)), "--to", "yaml"])
     assert result.exit_code == 0, result.output
     assert f"run it with `mosaic --catalog {shlex.quote(str(catalog))} perf FILE`" in result.stdout
 
