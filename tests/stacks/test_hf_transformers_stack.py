@@ -46,6 +46,12 @@ def test_trainer_software_selects_hf_transformers_and_deepspeed_keeps_its_own() 
     assert stack_for_software("TRL SFTTrainer (HF transformers 4.57 + accelerate FSDP2)"
                               ).name == "hf-transformers"
     assert stack_for_software("HF Trainer under accelerate launch").name == "hf-transformers"
+    # the Trainer's own names, without TRL or accelerate beside them (these fell to `other`)
+    for software in ("transformers Trainer, 1 node", "Huggingface Transformers 4.57",
+                     "SFTTrainer, packed 16k"):
+        assert stack_for_software(software).name == "hf-transformers", software
+    # 'Transformer Engine' names no Hugging Face code
+    assert stack_for_software("Transformer Engine 2.8 trainer").name == "other"
     # records naming DeepSpeed or Megatron beside HF transformers keep those stacks
     assert stack_for_software("DeepSpeed 0.11.1 ZeRO-3 + HF transformers LlamaForCausalLM"
                               ).name == "deepspeed"
