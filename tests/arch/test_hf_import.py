@@ -187,6 +187,16 @@ def test_invalid_json_is_one_line(tmp_path):
         load_hf_config(path)
 
 
+def test_a_config_json_of_many_megabytes_is_refused_before_it_is_read(tmp_path):
+    # a fuzz case: 242 MiB of nested lists beside a valid config parsed for 20 s first
+    path = tmp_path / "config.json"
+    with path.open("w") as handle:
+        handle.write('{"model_type": "llama", "padding": "')
+        handle.truncate(17 * 2**20)
+    with pytest.raises(MosaicInputError, match=r"config\.json is 17,825,792 bytes; the limit"):
+        load_hf_config(path)
+
+
 def test_a_repeated_key_and_a_layer_index_past_the_model_are_refused(tmp_path):
     # a trial: two hidden_size values read as the last; mlp_only_layers [99] on 48 layers and
     # Llama-4 moe_layers [..., 100] dropped without a word
