@@ -828,3 +828,21 @@ def test_an_equal_price_in_another_currency_replaces_the_plans_usd_figures(plans
     table = runner.invoke(app, [*args, "--currency", "EUR"], terminal_width=200)
     assert "replaces A's own 3 and B's own 3.7 USD per GPU-hour" in " ".join(
         table.stdout.split())
+
+
+def test_a_plan_side_prints_an_outside_value_as_the_plan_does():
+    """A plan's optimum outside the calibrated model size showed its n_total as Python's
+    long float in compare ('n_total 1032848424960.0 not in 1.208e+09..1.007e+12', a trial),
+    where the plan, perf and layouts print 1.033e+12."""
+    from mosaic.cli.compare_cmd import _plan_caveats
+    from mosaic.perf.coverage import shown_dimension_value
+
+    outside = {"dimension": "n_total", "value": 1032848424960.0,
+               "calibrated": "1.208e+09..1.007e+12", "ratio": 1.026}
+    (caveat,) = _plan_caveats({"envelope": {}}, {"coverage": {"outside": [outside]}})
+    assert caveat == (f"outside the calibrated envelope: n_total "
+                      f"{shown_dimension_value(1032848424960.0)} not in 1.208e+09..1.007e+12")
+    assert "1032848424960" not in caveat
+    (degree,) = _plan_caveats({"envelope": {}}, {"coverage": {"outside": [
+        {"dimension": "ep", "value": 128, "calibrated": "8..64", "ratio": 2.0}]}})
+    assert degree == "outside the calibrated envelope: ep 128 not in 8..64"

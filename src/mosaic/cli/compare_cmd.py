@@ -188,9 +188,13 @@ def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str
     the winner's extrapolated layout nor the other's memory that may not fit); and how many
     geometries its search lost to a GPU count the batch does not divide (a later trial's
     B200 plan lost 727 of 1,092 at 768 GPUs and batch 1024, unsaid beside a GB300 plan)."""
+    from mosaic.perf.coverage import shown_dimension_value
+
     coverage = optimum.get("coverage") or {}
-    caveats = [f"outside the calibrated envelope: {o.get('dimension')} {o.get('value')} not in "
-               f"{o.get('calibrated')}" for o in coverage.get("outside") or []]
+    # the value as perf, layouts and the plan print it (1.033e+12, not 1032848424960.0)
+    caveats = [f"outside the calibrated envelope: {o.get('dimension')} "
+               f"{shown_dimension_value(o.get('value'))} not in {o.get('calibrated')}"
+               for o in coverage.get("outside") or []]
     note = coverage.get("note")
     caveats += note.split("; ") if isinstance(note, str) and note else []
     if "coverage" not in optimum:  # a ranked candidate (PLAN.json#N): looked empty (a trial)
