@@ -320,3 +320,32 @@ def test_hfu_counts_the_attention_forward_a_save_dots_policy_repeats():
     extra = (_hfu_flops_per_token(workload, Checkpointing.SELECTIVE)
              - _hfu_flops_per_token(workload, Checkpointing.NONE))
     assert extra == pytest.approx(2 * 32 * 4096 * 8193, rel=1e-6)
+
+
+def test_hfu_counts_the_mtp_modules_the_step_time_charges():
+    """HFU, what the hardware computes, left out DeepSeek-V3's MTP module although the step
+    time charges it (its block, its 2d -> d projection and a second LM head and loss: docs/
+    perf.md, "MTP modules"; a trial read 27.6% HFU on the Megatron-Bridge H100 recipe). By
+    hand, per token, one module (d 7168, 128 heads; MLA q_lora 1536, kv_lora 512, qk 128 +
+    64 rope, v 128; top-8 of 256 experts of width 2048 and one shared; RMSNorm): MLA
+    projections 7168·1536 + 1536·128·192 + 7168·576 + 512·128·256 + 128·128·7168 and its
+    two latent norms 1536 + 512, two block norms, nine SwiGLU experts of 3·7168·2048, the
+    router 256·7168, the projection 2·7168² and three module norms, 6 FLOPs per parameter;
+    the attention core 6·128·(192 + 128)·(s + 1)/2; the second LM head 6·129280·7168."""
+    from mosaic.arch.hf_import import load_hf_config
+
+    geometry = load_hf_config(EXAMPLES / "hf" / "deepseek-v3.json")
+    assert geometry.mtp_layers == 1
+    seq = 4096
+
+    def flops(mtp_layers: int) -> float:
+        workload = Workload(geometry=replace(geometry, mtp_layers=mtp_layers), global_batch=8,
+                            seq_len=seq)
+        return _hfu_flops_per_token(workload, Checkpointing.NONE)
+
+    d = 7168
+    attention = (d * 1536 + 1536 * 128 * 192 + d * 576 + 512 * 128 * 256 + 128 * 128 * d
+                 + 1536 + 512)
+    block = attention + 2 * d + 9 * 3 * d * 2048 + 256 * d
+    module = 6 * (block + 2 * d * d + 3 * d) + 6 * 128 * 320 * (seq + 1) / 2 + 6 * 129280 * d
+    assert flops(1) - flops(0) == pytest.approx(module, rel=1e-9)

@@ -129,6 +129,26 @@ def lm_head_flops_per_token(geometry: Geometry) -> float:
     return 2 * TRAIN_TO_FORWARD_FLOPS * geometry.vocab * geometry.d_model
 
 
+def mtp_block_flops_per_token(geometry: Geometry, counts: ParameterCounts,
+                              seq_len: int) -> float:
+    """Training FLOPs per token of the multi-token-prediction modules besides their LM heads
+    (DeepSeek-V3 report Sec. 2.2, Eq. 21), which 6·N_act leaves out as N_act leaves out their
+    parameters (``counts.mtp``): per module, 6 per parameter a token uses (its block, built
+    like the main model's last, with the K routed experts of its E; the 2d→d projection; its
+    norms) and the attention core of one block (the mean of the model's attention layers,
+    exact where every layer attends alike, as DeepSeek-V3's MLA does). Zero without MTP
+    modules. Each module's second LM head is :func:`lm_head_flops_per_token` again."""
+    if not geometry.mtp_layers:
+        return 0.0
+    skipped = 0
+    if geometry.is_moe_layer(geometry.layers - 1):  # counts.params_mtp_module's block
+        skipped = geometry.mtp_layers * (counts.experts - counts.top_k) * counts.routed_expert
+    attention = (attention_flops_per_token(geometry, seq_len)
+                 / geometry.attention_layer_count)
+    return float(FLOPS_PER_PARAM_TOKEN * (counts.mtp - skipped)
+                 + geometry.mtp_layers * attention)
+
+
 def useful_flops_per_token(
     geometry: Geometry, counts: ParameterCounts, seq_len: int, convention: FlopConvention
 ) -> float:

@@ -33,6 +33,7 @@ from mosaic.arch import Geometry, HybridLayer, count_parameters, lm_head_flops_p
 from mosaic.arch.flops import (
     TRAIN_TO_FORWARD_FLOPS,
     model_flops_per_token,
+    mtp_block_flops_per_token,
     sequence_mixing_flops_per_token,
 )
 from mosaic.errors import MosaicInputError
@@ -647,8 +648,12 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     selective_recompute_flops = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
                                          selective_recompute_flops_per_token(workload)
                                          * tokens, 0.0)
-    hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
-                      + selective_recompute_flops + lm_head_flops_per_token(geometry) * tokens)
+    # the MTP modules the step charges (schedule.mtp_modules: blocks of their rank, with a
+    # second LM head each), which 6·N_act and its attention term leave out
+    mtp_flops = mtp_block_flops_per_token(geometry, counts, workload.seq_len) * tokens
+    hardware_flops = ((model_flops + attention_flops + mtp_flops) * (1 + recompute_share)
+                      + selective_recompute_flops
+                      + (1 + geometry.mtp_layers) * lm_head_flops_per_token(geometry) * tokens)
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)
