@@ -191,7 +191,8 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     # the assumptions made for the runs, each once with the runs it covers (a trial)
     assumed = {a for row in document["runs"] for a in row["assumptions"]}
     assert 'id="assumptions-table"' in validate
-    assert all(validate.count(f'<td class="text" data-value="">{html_escape(a)}</td>') == 1
+    assert all(len(re.findall(f'<td class="text [a-z]+" data-value="">'
+                              f'{re.escape(html_escape(a))}</td>', validate)) == 1
                for a in assumed)
     assert ">calibration<" in layouts and ">default<" in layouts
     sweep = (tmp_path / "sweep.html").read_text()
@@ -754,6 +755,24 @@ def test_a_short_table_is_shown_whole_a_long_one_scrolls_in_its_box():
     short = table_html(columns, [{"term": "x"}] * WHOLE_TABLE_ROWS, table_id="t")
     long = table_html(columns, [{"term": "x"}] * (WHOLE_TABLE_ROWS + 1), table_id="t")
     assert short.startswith('<div class="whole">') and long.startswith('<div class="scroll">')
+
+
+def test_a_short_text_column_stays_on_one_line_a_long_one_wraps_in_wide_lines():
+    """A layout column ('pp4 vpp4 ep8 dp8 mb4 zero2') read one word a line at 800 px: a
+    text column of short values is a label kept on one line, one with a long value is prose
+    (report.css wraps it in lines of at least 12em); a number column is neither."""
+    from mosaic.report.html.page import LABEL_CHARS, Column, asset_text, table_html
+
+    rows = [{"layout": "pp4 vpp4 ep8 dp8 mb4 zero2", "note": "x" * (LABEL_CHARS + 1),
+             "mfu": 0.3}, {"layout": None, "note": "short", "mfu": None}]
+    page = table_html([Column("layout", "layout", text=True),
+                       Column("note", "note", text=True), Column("mfu", "MFU")],
+                      rows, table_id="t")
+    cells = re.findall(r'<td class="([^"]*)"', page)
+    assert cells == ["text label", "text prose", ""] * 2
+    styles = asset_text("report.css")
+    assert "td.label { white-space: nowrap; }" in styles
+    assert "td.prose { min-width: 12em; }" in styles
 
 
 def test_every_k_line_of_the_frontier_is_drawn_its_own_way():

@@ -393,3 +393,19 @@ def test_every_lever_kind_in_the_legend_has_a_visible_mark(reports, offline_driv
     for kind, marks in widths.items():
         assert marks and min(marks) >= 4, (kind, marks)
     assert browser.console_errors(driver) == []
+
+
+def test_a_wide_tables_text_columns_do_not_read_one_word_a_line_at_800_px(reports, browser):
+    """At 800 px the plan's ranked candidates (21 columns) are wider than the page, and the
+    browser squeezed the layout column to its longest word: 'pp4 vpp4 ep8 dp8 mb4 zero2'
+    one word a line, every candidate six lines tall. A row is as tall as the header."""
+    with page_at_width(browser, 800) as driver:
+        driver.get(reports["plan"].as_uri())
+        header, rows = driver.execute_script(
+            "var t = document.getElementById('candidates-table');"
+            "return [t.tHead.rows[0].getBoundingClientRect().height,"
+            "        Array.prototype.map.call(t.tBodies[0].rows, function (r) {"
+            "          return r.getBoundingClientRect().height; })];")
+        assert rows and max(rows) < 1.5 * header, (header, rows)
+        assert browser.console_errors(driver) == []
+

@@ -94,6 +94,19 @@ def _sort_value(value: Any) -> str:
 
 
 WHOLE_TABLE_ROWS = 30  # a table of at most this many rows is not put in a scroll box
+# A text column whose every value is at most this long is a label kept on one line
+# ("pp4 vpp4 ep8 dp16 mb4 zero2", "yes"); a longer one is prose, wrapped in lines of at
+# least 12em (report.css). In a table wider than the page the browser squeezed every text
+# column to its longest word: at 800 px the plan's layout column read one word a line and
+# each ranked candidate took six lines (a trial).
+LABEL_CHARS = 32
+
+
+def _text_class(column: Column, shown: Sequence[str]) -> str:
+    """The class of a column's cells: '' (a number), 'text label' or 'text prose'."""
+    if not column.text:
+        return ""
+    return "text label" if all(len(text) <= LABEL_CHARS for text in shown) else "text prose"
 
 
 def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, table_id: str,
@@ -101,16 +114,18 @@ def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, tab
                filterable: bool = False) -> str:
     """An HTML table; numeric cells carry their raw value for sorting."""
     classes = "data sortable" if sortable else "data"
+    shown = [["–" if row.get(c.key) is None
+              else c.fmt(row.get(c.key)) + (c.mark(row) if c.mark else "") for c in columns]
+             for row in rows]
+    cell_classes = [_text_class(c, [texts[i] for texts in shown])
+                    for i, c in enumerate(columns)]
     head = "".join(f'<th class="{"text" if c.text else ""}">{esc(c.label)}</th>'
                    for c in columns)
     body = []
-    for row in rows:
-        cells = []
-        for c in columns:
-            value = row.get(c.key)
-            shown = "–" if value is None else c.fmt(value) + (c.mark(row) if c.mark else "")
-            cells.append(f'<td class="{"text" if c.text else ""}" '
-                         f'data-value="{esc(_sort_value(value))}">{esc(shown)}</td>')
+    for row, texts in zip(rows, shown, strict=True):
+        cells = [f'<td class="{cell_class}" '
+                 f'data-value="{esc(_sort_value(row.get(c.key)))}">{esc(text)}</td>'
+                 for c, cell_class, text in zip(columns, cell_classes, texts, strict=True)]
         marked = ' class="highlight"' if highlight is not None and highlight(row) else ""
         body.append(f"<tr{marked}>{''.join(cells)}</tr>")
     search = (f'<input class="filter" placeholder="filter rows" data-filter-for="{table_id}">'
