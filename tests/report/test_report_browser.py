@@ -409,3 +409,60 @@ def test_a_wide_tables_text_columns_do_not_read_one_word_a_line_at_800_px(report
         assert rows and max(rows) < 1.5 * header, (header, rows)
         assert browser.console_errors(driver) == []
 
+
+# Records, when the page is laid out for print (the print media query's change, after the
+# page's own listener in figures.js), each figure's drawn width beside its box's, whether a
+# table box cuts its table, and what of the screen-only controls is shown.
+RECORD_PRINT_LAYOUT = (
+    "window.printed = null;"
+    "window.matchMedia('print').addEventListener('change', function (m) {"
+    "  if (!m.matches) { return; }"
+    "  var plots = document.querySelectorAll('[data-figure] .js-plotly-plot');"
+    "  var boxes = document.querySelectorAll('.whole, .scroll');"
+    "  var shown = function (selector) { return Array.prototype.some.call("
+    "    document.querySelectorAll(selector), function (e) {"
+    "      return getComputedStyle(e).display !== 'none'; }); };"
+    "  window.printed = {"
+    "    figures: Array.prototype.map.call(plots, function (p) {"
+    "      return [p.id, p._fullLayout.width, p.clientWidth]; }),"
+    "    cut: Array.prototype.filter.call(boxes, function (b) {"
+    "      return b.scrollWidth > b.clientWidth + 1 || b.scrollHeight > b.clientHeight + 1;"
+    "    }).map(function (b) { return b.firstElementChild.id; }),"
+    "    filter: shown('input.filter'), toolbar: shown('.modebar-container')};"
+    "});")
+
+
+def test_printing_fits_the_figures_and_tables_to_the_paper(reports, offline_driver, browser):
+    """Printed from a 1400 px window, every figure kept its screen width and was cut at the
+    paper's right edge (the frontier's legend, the P(optimal) panel), the ranked candidates
+    lost their last columns past the paper's edge, and the toolbars and the filter box were
+    printed. In the print layout each figure is drawn at its box's width, no table box cuts
+    its table, and the screen controls are hidden; after printing the figures fill their
+    boxes on the screen again."""
+    driver = offline_driver
+    driver.get(reports["plan"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver), what="the plan figures")
+    screen = driver.execute_script(
+        "return Array.prototype.map.call("
+        "  document.querySelectorAll('[data-figure] .js-plotly-plot'),"
+        "  function (p) { return p.clientWidth; });")
+    driver.execute_script(RECORD_PRINT_LAYOUT)
+    driver.print_page()
+    printed = driver.execute_script("return window.printed;")
+    assert printed is not None, "the print layout never applied"
+    assert len(printed["figures"]) == len(screen) >= 4
+    boxes_px = [box_px for _, _, box_px in printed["figures"]]
+    assert all(box < width for box, width in zip(boxes_px, screen, strict=True)
+               if width > 1000), ("the paper must be narrower than a full-width figure",
+                                  boxes_px, screen)
+    for name, drawn_px, box_px in printed["figures"]:
+        assert abs(drawn_px - box_px) <= 1, (name, drawn_px, box_px)
+    assert printed["cut"] == []
+    assert not printed["filter"] and not printed["toolbar"]
+    after = driver.execute_script(
+        "return Array.prototype.map.call("
+        "  document.querySelectorAll('[data-figure] .js-plotly-plot'),"
+        "  function (p) { return [p._fullLayout.width, p.clientWidth]; });")
+    assert all(abs(drawn - box) <= 1 for drawn, box in after), after
+    assert [box for _, box in after] == screen
+    assert browser.console_errors(driver) == []

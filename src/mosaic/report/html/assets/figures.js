@@ -103,6 +103,31 @@
       document.querySelectorAll("[data-figure] .js-plotly-plot"), adapt);
   }
 
+  /* Printing: a plot is drawn at its box's width in pixels on the screen, so a page printed
+     from a window wider than the paper cut every figure at the paper's right edge (legends
+     and the right-hand panels lost: a trial at 1400 px). When the print layout applies
+     (the print media query matches once the page is laid out at the paper's width) each
+     plot is fitted to its box's width again, at once, so the printout has it; and when
+     printing ends, to the screen's. */
+  function fitWidths() {
+    if (!window.Plotly) { return; }
+    Array.prototype.forEach.call(
+      document.querySelectorAll("[data-figure] .js-plotly-plot"), function (plot) {
+        if (!plot.layout) { return; }
+        delete plot.layout.width;  // the box decides (plotly's Plots.resize does the same)
+        window.Plotly.relayout(plot, {autosize: true});
+      });
+  }
+
+  var printing = window.matchMedia && window.matchMedia("print");
+  if (printing) {
+    if (printing.addEventListener) {
+      printing.addEventListener("change", fitWidths);
+    } else if (printing.addListener) {  // Safari before 14
+      printing.addListener(fitWidths);
+    }
+  }
+
   // adapt: one plot (the studio draws its charts after load and adapts each)
   window.mosaicFigures = { adapt: adapt, adaptAll: adaptAll, narrowPx: NARROW_PX };
   if (document.readyState === "complete") {
