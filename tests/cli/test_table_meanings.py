@@ -61,3 +61,28 @@ def test_the_versus_table_names_backbone_variants_by_depth_and_width(capsys):
     print_versus(versus)
     ladder = capsys.readouterr().out
     assert "L×d" not in ladder and "48×2048" not in ladder  # a ladder's q names it
+
+
+def test_a_cheapest_budget_past_the_plans_days_names_the_cheapest_within_them(capsys):
+    # a trial: --days 30 --target-loss 1.33 chose 32 nodes x 51.43 days and never said that
+    # 64 nodes x 25.72 days reached the target at the same cost
+    from mosaic.cli.plan_render import print_cheapest
+
+    optimum = {"q": 18, "experts": 128, "top_k": 1, "split_factor": 8, "sparsity": 0.9655}
+    choice = {"nodes": 32, "days": 51.43, "gpu_hours": 316014.0, "cost_usd": 790036.0,
+              "price_usd_per_gpu_hour": 2.5,
+              "loss": 1.3293, "optimum": optimum}
+    within = {"nodes": 64, "days": 25.72, "gpu_hours": 316014.0, "cost_usd": 790036.0,
+              "loss": 1.3299, "optimum": optimum}
+    document = {"target_loss": 1.33, "choice": choice, "window_days": 30.0,
+                "choice_within_window": within, "options": [choice, within]}
+    print_cheapest(document)
+    out = capsys.readouterr().out
+    assert "within --days 30" in out
+    assert "64 nodes × 25.72 days, loss 1.3299, 790,036 USD (the same cost)" in out
+    del document["choice_within_window"]
+    print_cheapest(document)
+    assert "no budget evaluated reaches the target" in capsys.readouterr().out
+    document["window_days"] = 60.0  # the choice fits: nothing more to say
+    print_cheapest(document)
+    assert "within --days" not in capsys.readouterr().out

@@ -283,3 +283,25 @@ def test_a_budget_whose_run_stops_early_is_costed_at_the_days_it_trains(one_node
     # the shortest of the windows that train alike is named
     assert choice.days == min(o.days for o in early)
     assert choice.cost.gpu_hours == pytest.approx(min(o.cost.gpu_hours for o in early))
+
+
+def test_a_choice_longer_than_the_plans_window_names_the_cheapest_within_it(
+        one_node, law, calibration):
+    # a trial: --days 30 with --target-loss chose 32 nodes x 51 days, while 64 nodes x 25.7
+    # days reached the target at the same GPU-hours; the output now names that budget too
+    everything = cheapest_plan(one_node, SPACE, law, calibration, target_loss=5.0,
+                               nodes=[1, 2], days=[1, 2, 4], workers=1)
+    loss = {(o.n_nodes, o.days): o.loss for o in everything.options}
+    # 1 node x 4 days and 2 nodes x 2 days cost the same; aim at the higher of their losses
+    target = max(loss[(1, 4.0)], loss[(2, 2.0)])
+    cheapest = cheapest_plan(one_node, SPACE, law, calibration, target_loss=target,
+                             nodes=[1, 2], days=[1, 2, 4], workers=1)
+    assert cheapest.window_days == one_node.days == 2.0
+    choice, within = cheapest.choice, cheapest.choice_within_window
+    if choice.days <= 2.0:
+        assert within is None
+    else:
+        reaching = [o for o in cheapest.options
+                    if o.loss is not None and o.loss <= target and o.days <= 2.0]
+        assert within is reaching[0] and within.days <= 2.0
+        assert within.cost.gpu_hours >= choice.cost.gpu_hours

@@ -17,6 +17,7 @@ from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
     EARLY_STOP_MARK,
+    cheapest_within_window_row,
     cost_document,
     cost_text,
     geometry_label,
@@ -366,6 +367,8 @@ def print_cheapest(document: dict[str, Any]) -> None:
                      f"at {choice['nodes']} nodes it lies between {below['days']:.4g} days "
                      f"(misses) and {choice['days']:.4g}: --cheapest-days with windows "
                      "between them narrows it"))
+    within = cheapest_within_window_row(document)
+    rows += [] if within is None else [within]
     print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}", rows)
     _print_budget_options(document)
 

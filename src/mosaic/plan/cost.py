@@ -205,6 +205,11 @@ class CheapestPlan:
     target_loss: float
     options: tuple[BudgetOption, ...]
     choice: BudgetOption | None
+    # the plan's own window (--days), and the cheapest budget reaching the target within it
+    # where the choice trains longer (a trial said --days 30 and was given 51 days, while
+    # 64 nodes x 25.7 days cost the same): None where the choice fits or nothing within does
+    window_days: float | None = None
+    choice_within_window: BudgetOption | None = None
 
 
 def check_target_reachable(
@@ -295,4 +300,8 @@ def cheapest_plan(
     options.sort(key=lambda o: (o.cost.gpu_hours, math.inf if o.loss is None else o.loss,
                                 o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
-    return CheapestPlan(float(target_loss), tuple(options), reaching[0] if reaching else None)
+    choice = reaching[0] if reaching else None
+    within = [o for o in reaching if o.days <= envelope.days]
+    longer = choice is not None and choice.days > envelope.days
+    return CheapestPlan(float(target_loss), tuple(options), choice, envelope.days,
+                        within[0] if longer and within else None)

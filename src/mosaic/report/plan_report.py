@@ -311,12 +311,33 @@ def cheapest_document(cheapest: CheapestPlan) -> dict[str, Any]:
                 "optimum": None if row is None else o.result.candidate(row),
                 **({"reason": "nothing trainable at this budget"} if row is None else {})}
 
+    within = cheapest.choice_within_window
     return {
         "target_loss": cheapest.target_loss,
         "choice": None if cheapest.choice is None else option(cheapest.choice),
+        "window_days": cheapest.window_days,
+        **({} if within is None else {"choice_within_window": option(within)}),
         "options": [{k: v for k, v in option(o).items() if k != "optimum"}
                     for o in cheapest.options],
     }
+
+
+def cheapest_within_window_row(cheapest: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Where the cheapest budget (:func:`cheapest_document`) trains longer than the plan's
+    --days: the cheapest within them, or that none evaluated reaches the target within
+    them (the terminal's and the HTML page's row); None where the choice fits."""
+    window, choice = cheapest.get("window_days"), cheapest.get("choice")
+    if window is None or choice is None or choice["days"] <= window:
+        return None
+    label = f"within --days {window:g}"
+    within = cheapest.get("choice_within_window")
+    if within is None:
+        return label, "no budget evaluated reaches the target (more nodes: --cheapest-nodes)"
+    spent = (f"{within['cost_usd']:,.0f} USD" if within.get("cost_usd") is not None
+             else f"{within['gpu_hours']:,.0f} GPU-hours")
+    same = " (the same cost)" if within["gpu_hours"] == choice["gpu_hours"] else ""
+    return label, (f"{within['nodes']} nodes × {within['days']:.4g} days, loss "
+                   f"{within['loss']:.4f}, {spent}{same}")
 
 
 def plan_document(result: PlanResult, cost: RunCost) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from mosaic.report.html.page import (
 )
 from mosaic.report.plan_report import (
     GEOMETRY_AXES,
+    cheapest_within_window_row,
     cost_text,
     geometry_label,
     grid_template_text,
@@ -365,6 +366,8 @@ def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
                      f"{c['nodes']} nodes × {c['days']:.4g} days, {c['gpu_hours']:,.0f} "
                      f"GPU-hours{cost}{early}; optimum loss {c['loss']:.4f} at "
                      f"{geometry_label(c['optimum'])} S={c['optimum']['sparsity']:.4f}"))
+        within = cheapest_within_window_row(cheapest)
+        rows += [] if within is None else [within]
     return rows
 
 
