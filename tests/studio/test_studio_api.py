@@ -130,12 +130,29 @@ def test_a_long_field_value_is_not_echoed_whole(studio, field):
 def test_a_rule_on_two_fields_is_shown_beside_both(studio):
     """dp·micro_batch must divide the batch: the node count sets dp, so the rule belongs to
     the nodes field as much as to the micro-batch (a trial's 100,000 nodes were blamed on
-    the micro-batch alone)."""
+    the micro-batch alone), and to the global batch it names."""
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "batch.micro_seqs": "3"}})
     assert status == 422
-    assert sorted(body["errors"]) == ["batch.micro_seqs", "hardware.nodes"]
+    assert sorted(body["errors"]) == ["batch.global_seqs", "batch.micro_seqs", "hardware.nodes"]
     assert all("dp·micro_batch=32·3 must divide global_batch=1024" in message
                for message in body["errors"].values())
+
+
+@pytest.mark.parametrize(("changes", "fields", "words"), [
+    ({"batch.global_seqs": "1023"},
+     ["hardware.nodes", "batch.micro_seqs", "batch.global_seqs"],
+     "dp·micro_batch=32·4 must divide global_batch=1023"),
+    ({"batch.seq_len": "2050", "parallelism.cp": "2"},
+     ["parallelism.cp", "batch.seq_len"], "2·cp=2·2 must divide seq_len=2050"),
+])
+def test_a_layout_rule_naming_the_batch_is_beside_the_batch_field(studio, changes, fields,
+                                                                  words):
+    """A trial typed a global batch of 1023 (or a sequence length of 2050 under cp 2): the
+    refusal, which names global_batch (seq_len), was shown beside the nodes and degrees but
+    not beside the field just edited."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, **changes}})
+    assert status == 422 and list(body["errors"]) == fields, body
+    assert all(words in message for message in body["errors"].values())
 
 
 @pytest.mark.parametrize(("changes", "fields"), [

@@ -192,8 +192,12 @@ _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known
 # not only the degrees (a trial); a stack by its registry name, as a whole word (not the
 # fallback stack 'other', a word of many messages)
 _NAMED_STACKS = tuple(name for name in known_stacks() if name != "other")
+# The batch quantities a layout rule names ("dp·micro_batch=32·4 must divide
+# global_batch=1023", "2·cp=2·2 must divide seq_len=2050"), by the form field that sets each:
+# a trial's edited batch or sequence length was refused beside the nodes and degrees alone
+_BATCH_NAMES = {"global_batch": "batch.global_seqs", "seq_len": "batch.seq_len"}
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
-                                       "sequence_parallel", "sharding",
+                                       "sequence_parallel", "sharding", *_BATCH_NAMES,
                                        *map(re.escape, _NAMED_STACKS))) + r")\b")
 # 'unknown system ...' (where the cluster is built) or 'job: unknown device ...' (the job
 # schema's hardware.gpu, hardware.default_systems.resolve_system); a catalog kind by the
@@ -292,6 +296,8 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
     what the node count leaves (a trial's 100,000 nodes were blamed on the micro-batch)."""
     if axis == "micro_batch":
         return "batch.micro_seqs"
+    if axis in _BATCH_NAMES:
+        return _BATCH_NAMES[axis]
     if axis in _NAMED_STACKS:
         return "performance.stack"
     if axis == "dp" and "parallelism.dp" not in form_keys and "hardware.nodes" in form_keys:
