@@ -162,6 +162,9 @@ def test_a_layout_rule_naming_the_batch_is_beside_the_batch_field(studio, change
      ["performance.fused_grouped_mlp", "performance.precision"]),
     ({"hardware.system": "DGX-H100", "performance.precision": "nvfp4"},
      ["performance.precision"]),
+    # a lane the device has no peak for (a trial found it above the form)
+    ({"hardware.system": "DGX-A100", "performance.precision": "fp8"},
+     ["performance.precision"]),
     ({"performance.stack": "torchtitan"}, ["parallelism.sharding", "performance.stack"]),
     ({"performance.quantised_gemms": "routed_experts"},
      ["performance.quantised_gemms", "performance.stack"]),
@@ -593,6 +596,15 @@ def test_plan_form_errors(studio, field, value, words):
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})
     assert status == 422 and list(body["errors"]) == [field], body
     assert words in body["errors"][field]
+
+
+def test_a_precision_the_gpu_has_no_peak_for_is_beside_the_precision_field(studio):
+    """An A100 has no fp8 lane: the refusal was in the general line under the plan form,
+    beside no field (a trial); it is beside the precision, as nvfp4's is."""
+    form = {**TINY_PLAN, "plan.gpu": "A100", "plan.precision": "fp8"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 422 and list(body["errors"]) == ["plan.precision"], body
+    assert "A100-SXM-80GB has no fp8 peak" in body["errors"]["plan.precision"]
 
 
 def test_a_searched_batch_counts_geometry_batch_pairs_against_the_limit(studio):

@@ -164,8 +164,11 @@ def check_precision_on_device(device: Device, precision: Precision,
             f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
             f"{device.architecture or 'not Blackwell'}")
     if str(precision) not in device.dtypes:
-        raise MosaicInputError(f"device {device.name} has no {precision} peak; it supports "
-                               f"{', '.join(device.dtypes)}")
+        # led by the setting, as the block-scaled refusals above are: the studio and the
+        # plan form show a message beside the field it names first (a trial found this one
+        # above the form, beside no field)
+        raise MosaicInputError(f"precision {precision}: device {device.name} has no "
+                               f"{precision} peak; it supports {', '.join(device.dtypes)}")
     if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
         raise MosaicInputError(
             f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
