@@ -663,6 +663,48 @@ def test_pinning_right_after_an_edit_pins_the_edited_job(studio, browser):
         driver.quit()
 
 
+def test_a_refused_comparison_greys_the_last_one(studio, browser):
+    """Compare with an invalid B (ep 5) listed B's changes, ep 8 -> 5 among them, above the
+    step times of the B compared before it, in full colour (a trial): the refused request
+    leaves the last comparison as it was, greyed, and says why."""
+    from selenium.webdriver.common.by import By
+
+    def compared() -> list[str]:
+        return [row.text for row in driver.find_elements(
+            By.CSS_SELECTOR, "#compare-changes tbody tr, #compare-table tbody tr")]
+
+    def greyed() -> list[bool]:
+        return driver.execute_script(
+            "return ['compare-changes-holder', 'compare-table-holder', 'compare-charts']"
+            ".map(function (id) { return document.getElementById(id)"
+            ".classList.contains('stale'); })")
+
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        driver.find_element(By.ID, "pin-a").click()
+        browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
+        set_field(driver, "batch.micro_seqs", "2")
+        driver.find_element(By.ID, "compare-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr"),
+                         what="the comparison")
+        before = compared()
+        assert greyed() == [False, False, False]
+        set_field(driver, "parallelism.ep", "5")
+        driver.find_element(By.ID, "compare-run").click()
+        message = browser.wait_for(lambda: text(driver, "compare-error"), what="the refusal")
+        assert "ep=5 must divide experts=96" in message
+        assert compared() == before and not any("parallelism.ep" in r for r in before)
+        assert greyed() == [True, True, True]
+        set_field(driver, "parallelism.ep", "8")
+        driver.find_element(By.ID, "compare-run").click()
+        browser.wait_for(lambda: greyed() == [False, False, False], what="a valid comparison")
+        assert text(driver, "compare-error") == ""
+    finally:
+        driver.quit()
+
+
 def test_a_comparison_of_two_models_stays_legible(studio, browser):
     """A pasted config.json as job B filled the table of changes with its whole text, and
     B's out-of-memory line, unwrapped, widened B's column so that its numbers sat far from

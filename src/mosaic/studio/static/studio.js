@@ -542,20 +542,30 @@
       text.length.toLocaleString("en-US") + " characters)";
   }
 
+  // the comparison shown: its changes, its numbers and its charts
+  var COMPARED = ["compare-changes-holder", "compare-table-holder", "compare-charts"];
+
   function compare() {
     $("compare-error").textContent = "";
     var current = readForm("job-form");
-    var changes = changedFields(pinned, current);
-    $("compare-changes-holder").innerHTML = changes.length ? tableHtml("compare-changes",
-      [["field", "input changed", null, true], ["a", "A", shortened, true], ["b", "B", shortened, true]],
-      changes)
-      : "<p class='note'>No input differs: A and B are the same job.</p>";
+    // a refused comparison leaves the last one greyed, its changes with its numbers: the
+    // refused B's changes were listed above the numbers of the B before it (a trial)
+    var refused = function () {
+      COMPARED.forEach(function (id) { $(id).classList.add("stale"); });
+    };
     return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
       if (!body.ok) {
+        refused();
         $("compare-error").textContent = "A or B is not a valid job: " +
           messages(body.errors);
         return;
       }
+      COMPARED.forEach(function (id) { $(id).classList.remove("stale"); });
+      var changes = changedFields(pinned, current);
+      $("compare-changes-holder").innerHTML = changes.length ? tableHtml("compare-changes",
+        [["field", "input changed", null, true], ["a", "A", shortened, true], ["b", "B", shortened, true]],
+        changes)
+        : "<p class='note'>No input differs: A and B are the same job.</p>";
       var rows = [["step time (s)", "step_time_s", 4], ["tokens/s per GPU", "tokens_per_s_per_gpu", 0],
                   ["MFU", "mfu", -1], ["memory (GiB)", "memory_gib", 2]].map(function (r) {
         var a = body.predictions[0][r[1]], b = body.predictions[1][r[1]];
@@ -579,7 +589,7 @@
       $("compare-charts").hidden = false;
       draw("chart-compare-step", body.figures.step);
       draw("chart-compare-memory", body.figures.memory);
-    }, lost(null, "compare-error"));
+    }, function (err) { refused(); lost(null, "compare-error")(err); });
   }
 
   // --- plan -------------------------------------------------------------------------------
