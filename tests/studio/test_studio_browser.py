@@ -238,6 +238,70 @@ def test_layout_table_lists_layouts_and_reasons(page, browser):
                      what="the best layout to fit")
 
 
+def test_the_layouts_table_takes_one_tab_stop_and_sorts_by_keyboard(studio, browser):
+    """A keyboard pass (a trial) tabbed through all 200 layout rows between Search layouts
+    and Explain, and could sort no table: the table is one tab stop, the arrow keys move
+    between its shown rows, and a focused header sorts on Enter."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    def focused() -> str:
+        return page.execute_script(
+            "var e = document.activeElement;"
+            "return e.id || e.tagName + ':' + (e.getAttribute('data-index') || e.textContent)")
+
+    def stops() -> list[str]:
+        return page.execute_script(
+            "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
+            ".filter(function (tr) { return tr.tabIndex === 0; })"
+            ".map(function (tr) { return tr.getAttribute('data-index'); })")
+
+    page = browser.start_driver(height=900)
+    try:
+        page.get(studio.url + "/")
+        wait_for_first_prediction(browser, page)
+        page.find_element(By.ID, "layouts-run").click()
+        rows = browser.wait_for(lambda: page.find_elements(By.CSS_SELECTOR,
+                                                           "#layouts-table tbody tr"),
+                                what="the layout table")
+        assert len(rows) > 100 and stops() == ["0"]
+        headers = page.find_elements(By.CSS_SELECTOR, "#layouts-table thead th")
+        page.find_element(By.CSS_SELECTOR, "input[data-filter-for='layouts-table']").click()
+        keys = ActionChains(page)
+        for _ in headers:  # the headers, then the table's one row stop, then Explain
+            keys.send_keys(Keys.TAB)
+        keys.send_keys(Keys.TAB).perform()
+        assert focused() == "TR:0"
+        ActionChains(page).send_keys(Keys.ARROW_DOWN, Keys.ARROW_DOWN).perform()
+        assert focused() == "TR:2" and stops() == ["2"]
+        # past the table: the infeasible layouts' two headers, then Explain
+        ActionChains(page).send_keys(Keys.TAB, Keys.TAB, Keys.TAB).perform()
+        assert focused() == "explain-run"
+        # the memory header, focused, sorts on Enter (ascending: the least memory first)
+        memory = headers[-1]
+        page.execute_script("arguments[0].focus()", memory)
+        ActionChains(page).send_keys(Keys.ENTER).perform()
+        assert memory.get_attribute("aria-sort") == "ascending"
+        shown = [float(r.find_elements(By.TAG_NAME, "td")[-1].text) for r in
+                 page.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr")]
+        assert shown == sorted(shown)
+        # a filter hiding the row stop (by its sharding) moves the stop to a shown row
+        shardings = page.execute_script(
+            "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
+            ".map(function (tr) { return [tr.tabIndex, tr.cells[8].textContent]; })")
+        hidden = next(name for stop, name in shardings if stop == 0)
+        other = next(name for _, name in shardings if name != hidden)
+        page.execute_script(
+            "var f = document.querySelector(\"input[data-filter-for='layouts-table']\");"
+            "f.value = arguments[0]; f.dispatchEvent(new Event('input'));", other)
+        (stop,) = page.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr[tabindex='0']")
+        assert stop.is_displayed() and other in stop.text
+        assert browser.console_errors(page) == []
+    finally:
+        page.quit()
+
+
 def test_explain_draws_the_levers_of_the_edited_job(page, browser):
     from selenium.webdriver.common.by import By
 

@@ -400,13 +400,21 @@
         " fit in memory (" + body.search_ms.toFixed(0) + " ms); best " + body.rows.length + " listed.";
       $("layouts-table-holder").innerHTML = tableHtml("layouts-table", LAYOUT_COLUMNS, body.rows);
       var rows = $("layouts-table").tBodies[0].rows;
-      Array.prototype.forEach.call(rows, function (tr) {
+      Array.prototype.forEach.call(rows, function (tr, i) {
         var load = function () { useLayout(body.rows[Number(tr.getAttribute("data-index"))]); };
-        tr.tabIndex = 0;  // reachable by keyboard: Enter or Space loads the layout
+        // reachable by keyboard: Enter or Space loads the layout; the table is one tab stop
+        // (rowStop), the arrow keys move between its rows
+        tr.tabIndex = i === 0 ? 0 : -1;
         tr.setAttribute("title", "load this layout into the editor");
         tr.addEventListener("click", load);
+        tr.addEventListener("focus", function () { rowStop(tr); });
         tr.addEventListener("keydown", function (event) {
           if (event.key === "Enter" || event.key === " ") { event.preventDefault(); load(); }
+          var step = {ArrowDown: 1, ArrowUp: -1}[event.key];
+          var shown = visibleRows($("layouts-table"));
+          var next = step ? shown[shown.indexOf(tr) + step] :
+            event.key === "Home" ? shown[0] : event.key === "End" ? shown[shown.length - 1] : null;
+          if (next) { event.preventDefault(); next.focus(); }
         });
       });
       var infeasible = (body.infeasible.rejected || []).map(function (r) {
@@ -428,6 +436,28 @@
       var filter = document.querySelector("input[data-filter-for='layouts-table']");
       if (filter.value) { filter.dispatchEvent(new Event("input")); }
     }, lost("layouts-summary", "layouts-error"));
+  }
+
+  // The layouts table is one tab stop, its focused (else first shown) row: every row one
+  // stop, a trial's keyboard pass tabbed through 200 rows between Search and Explain
+  function visibleRows(table) {
+    return Array.prototype.filter.call(table.tBodies[0].rows, function (tr) {
+      return tr.style.display !== "none";
+    });
+  }
+
+  function rowStop(row) {
+    Array.prototype.forEach.call(row.parentNode.rows, function (tr) {
+      tr.tabIndex = tr === row ? 0 : -1;
+    });
+  }
+
+  function keepRowStopShown() {  // a filter that hides the stop moves it to a shown row
+    var table = $("layouts-table");
+    if (!table) { return; }
+    var shown = visibleRows(table);
+    var stop = table.querySelector("tbody tr[tabindex='0']");
+    if (shown.length && shown.indexOf(stop) < 0) { rowStop(shown[0]); }
   }
 
   function useLayout(row) {
@@ -752,6 +782,9 @@
       });
       $("job-form").addEventListener("change", function () { showModelFields(); schedulePredict(); });
       $("layouts-run").addEventListener("click", searchLayouts);
+      // (after the table's own filter listener, registered when table.js loaded)
+      document.querySelector("input[data-filter-for='layouts-table']").addEventListener(
+        "input", keepRowStopShown);
       $("explain-run").addEventListener("click", explainJob);
       $("pin-a").addEventListener("click", pin);
       $("compare-run").addEventListener("click", compare);

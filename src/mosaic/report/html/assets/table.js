@@ -1,6 +1,7 @@
 // Sortable, filterable tables for the mosaic report and studio (no dependencies).
-// A <table class="sortable"> sorts by a column when its header is clicked (numeric cells
-// carry data-value); an <input data-filter-for="TABLE_ID"> hides rows not containing its text.
+// A <table class="sortable"> sorts by a column when its header is clicked, or focused and
+// given Enter or Space (numeric cells carry data-value); an <input data-filter-for="TABLE_ID">
+// hides rows not containing its text.
 (function () {
   "use strict";
 
@@ -26,8 +27,10 @@
     rows.forEach(function (row) { body.appendChild(row); });
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) {
       cell.removeAttribute("data-sort");
+      cell.removeAttribute("aria-sort");
     });
     header.setAttribute("data-sort", ascending ? "asc" : "desc");
+    header.setAttribute("aria-sort", ascending ? "ascending" : "descending");
   }
 
   function makeSortable(table) {
@@ -35,7 +38,16 @@
     table.setAttribute("data-sortable-ready", "1");
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (header, index) {
       header.addEventListener("click", function () { sortBy(table, index, header); });
-      header.title = "click to sort";
+      // a header is a control: reachable by Tab, Enter or Space sorts (a trial's keyboard
+      // pass could not sort any table)
+      header.tabIndex = 0;
+      header.addEventListener("keydown", function (event) {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          sortBy(table, index, header);
+        }
+      });
+      header.title = "click (or Enter) to sort";
     });
   }
 
