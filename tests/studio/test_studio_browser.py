@@ -302,6 +302,41 @@ def test_the_layouts_table_takes_one_tab_stop_and_sorts_by_keyboard(studio, brow
         page.quit()
 
 
+def test_a_layouts_hsdp_rows_name_their_shard_group(studio, browser):
+    """torchtitan's best layouts include HSDP with shard groups 8, 4 and 2, which `mosaic
+    layouts` lists as hsdp/8, hsdp/4, hsdp/2: the studio's table (and its infeasible list)
+    said 'hsdp' for each, rows of different memory that read the same (a trial)."""
+    from selenium.webdriver.common.by import By
+
+    form = {**DEFAULT_FORM, "performance.stack": "torchtitan", "parallelism.sharding": "fsdp"}
+    _, body = studio.call("/api/layouts", {"form": form})
+    wanted = [f"hsdp/{r['hsdp_shard']}" if r["sharding"] == "hsdp" else r["sharding"]
+              for r in body["rows"]]
+    assert len({w for w in wanted if w.startswith("hsdp/")}) > 1, wanted
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        set_field(driver, "performance.stack", "torchtitan")
+        set_field(driver, "parallelism.sharding", "fsdp")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), what="the job")
+        driver.find_element(By.ID, "layouts-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
+                         what="the layout table")
+        shown = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
+            ".map(function (tr) { return tr.cells[8].textContent; })")
+        assert shown == wanted
+        infeasible = [f"hsdp/{r['hsdp_shard']} " for r in
+                      body["infeasible"]["out_of_memory_plans"] if r["sharding"] == "hsdp"]
+        assert infeasible
+        listed = text(driver, "infeasible-holder")
+        assert all(label in listed for label in infeasible)
+    finally:
+        driver.quit()
+
+
 def test_explain_draws_the_levers_of_the_edited_job(page, browser):
     from selenium.webdriver.common.by import By
 
@@ -687,7 +722,7 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
                                 what="the layout table")
         cells = [[c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows[:80]]
         pick = next(i for i, c in enumerate(cells)
-                    if (c[8] == "hsdp" if wanted == "hsdp" else c[1] == "2"))
+                    if (c[8].startswith("hsdp/") if wanted == "hsdp" else c[1] == "2"))
         step, memory = float(cells[pick][13]), float(cells[pick][14])
         rows[pick].click()
         browser.wait_for(lambda: abs(float(text(driver, "m-step").split()[0]) - step) < 6e-4,
@@ -696,7 +731,9 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
         if wanted == "tp2":
             assert field(driver, "parallelism.sequence_parallel").get_attribute("value") == "true"
         else:
-            assert field(driver, "parallelism.hsdp_shard").get_attribute("value") != ""
+            # the row's shard group, as the table names it (hsdp/8)
+            shard = cells[pick][8].removeprefix("hsdp/")
+            assert field(driver, "parallelism.hsdp_shard").get_attribute("value") == shard
         assert browser.console_errors(driver) == []
 
 

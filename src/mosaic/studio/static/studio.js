@@ -323,8 +323,15 @@
     });
   }
 
+  // a layout's sharding as the CLI spells it, HSDP with its shard group ('hsdp/8',
+  // report.plan_report.sharding_text): rows of shard groups 8, 4 and 2 all read 'hsdp', with
+  // different memory (a trial)
+  function shardingText(row) {
+    return row.sharding === "hsdp" && row.hsdp_shard ? "hsdp/" + row.hsdp_shard : String(row.sharding);
+  }
+
   var LAYOUT_COLUMNS = [["rank", "#"], ["tp", "tp"], ["pp", "pp"], ["vpp", "vpp"], ["cp", "cp"],
-    ["ep", "ep"], ["etp", "etp"], ["dp", "dp"], ["sharding", "sharding", null, true],
+    ["ep", "ep"], ["etp", "etp"], ["dp", "dp"], ["sharding", "sharding", function (v, row) { return shardingText(row); }, true],
     ["micro_batch", "mbs"], ["checkpointing", "ckpt", null, true],
     ["tokens_per_s_per_gpu", "tok/s/GPU", function (v) { return fmt(v, 0); }],
     ["mfu", "MFU", function (v) { return pct(v); }],
@@ -422,12 +429,12 @@
       });
       (body.infeasible.out_of_memory_plans || []).forEach(function (r) {
         infeasible.push({layout: "tp" + r.tp + " pp" + r.pp + " vpp" + r.vpp + " cp" + r.cp + " ep" + r.ep +
-          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + r.sharding + " " + r.checkpointing,
+          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + shardingText(r) + " " + r.checkpointing,
           reason: r.reason});
       });
       (body.infeasible.rejected_plans || []).forEach(function (r) {
         infeasible.push({layout: "tp" + r.tp + " pp" + r.pp + " vpp" + r.vpp + " cp" + r.cp + " ep" + r.ep +
-          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + r.sharding + " " + r.checkpointing,
+          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + shardingText(r) + " " + r.checkpointing,
           reason: r.reason});
       });
       $("infeasible-holder").innerHTML = tableHtml("infeasible-table",
