@@ -458,6 +458,33 @@ def test_a_refused_plan_request_clears_the_previous_plans_status(page, studio, b
     set_field(page, "plan.nodes", TINY_PLAN["plan.nodes"])
 
 
+def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
+    """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
+    it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a
+    trial). It is gone once the running plan is."""
+    from selenium.webdriver.common.by import By
+
+    _, options = studio.call("/api/options")
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        status, started = studio.call("/api/plan", {"form": options["plan_form"]})
+        assert status == 200, started  # the default grid: 1,092 geometries, running a while
+        driver.execute_script("document.getElementById('plan-run').click()")
+        busy = browser.wait_for(lambda: text(driver, "plan-error"), what="the busy refusal")
+        assert f"plan {started['id']} is still running" in busy
+        studio.call("/api/plan/cancel", {})
+        browser.wait_for(lambda: f"plan {started['id']}: cancelled" in text(driver, "plan-state"),
+                         what="the cancelled plan")
+        browser.wait_for(lambda: text(driver, "plan-error") == "", what="the refusal to go")
+        assert driver.find_element(By.ID, "plan-run").is_enabled()
+    finally:
+        driver.quit()
+        studio.app.state.runner.cancel()
+        studio.app.state.runner.wait(30)
+
+
 def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, browser):
     """A plan with an MTBF (Young-Daly goodput) was listed with its tokens and no goodput,
     which `mosaic plan` prints and `mosaic sweep` tabulates where it differs: the plans

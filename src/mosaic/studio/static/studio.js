@@ -630,13 +630,19 @@
   }
 
   // --- plan -------------------------------------------------------------------------------
+  // the plan error line holds the refusal of a request made while another plan ran (409):
+  // it is gone once that plan is (a trial read "plan 1 is still running" under "plan 1:
+  // cancelled")
+  var busyRefusal = false;
+
   function runPlan() {
     clearErrors("plan-form", "plan-error");
+    busyRefusal = false;
     // the editor's model goes along: a model grid plans around it
     return post("/api/plan", {form: readForm("plan-form"), job: readForm("job-form")}).then(function (body) {
       if (!body.ok) {
         showErrors(body.errors, "plan-form", "plan-error");
-        if (body.status === 409) { pollPlan(); return; }  // busy: the running plan's state
+        if (body.status === 409) { busyRefusal = true; pollPlan(); return; }  // busy: the running plan's state
         planRefused();
         return;
       }
@@ -664,6 +670,7 @@
       var job = body.current;
       if (!job) { return; }
       var running = job.state === "running";
+      if (!running && busyRefusal) { $("plan-error").textContent = ""; busyRefusal = false; }
       $("plan-progress").max = Math.max(job.total, 1);
       $("plan-progress").value = job.done;
       $("plan-state").textContent = "plan " + job.id + ": " + job.state + " (" + job.done + "/" + job.total +
