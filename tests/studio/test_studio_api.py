@@ -81,7 +81,6 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
 @pytest.mark.parametrize(("field", "value", "words"), [
     ("batch.micro_seqs", "0", "greater than 0"),
     ("batch.global_seqs", "abc", "integer"),
-    ("parallelism.ep", "5", "ep=5 must divide experts=96"),
     ("parallelism.sharding", "zero9", "sharding"),
     ("hardware.system", "no-such-node", "unknown system"),
     # a number typed into a text field is the text typed (it answered "Input should be a
@@ -144,12 +143,22 @@ def test_a_rule_on_two_fields_is_shown_beside_both(studio):
      "dp·micro_batch=32·4 must divide global_batch=1023"),
     ({"batch.seq_len": "2050", "parallelism.cp": "2"},
      ["parallelism.cp", "batch.seq_len"], "2·cp=2·2 must divide seq_len=2050"),
+    ({"ladder.experts": "100"}, ["parallelism.ep", "ladder.experts"],
+     "ep=8 must divide experts=100"),
+    ({"parallelism.ep": "5"}, ["parallelism.ep", "ladder.experts"],
+     "ep=5 must divide experts=96"),
+    # a model imported from a config.json: no ladder field is shown to hold the message
+    ({"model.source": "hf", "hf.config": json.dumps({
+        "model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 8,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2048,
+        "vocab_size": 32000, "num_local_experts": 12, "num_experts_per_tok": 2})},
+     ["parallelism.ep"], "ep=8 must divide experts=12"),
 ])
-def test_a_layout_rule_naming_the_batch_is_beside_the_batch_field(studio, changes, fields,
-                                                                  words):
-    """A trial typed a global batch of 1023 (or a sequence length of 2050 under cp 2): the
-    refusal, which names global_batch (seq_len), was shown beside the nodes and degrees but
-    not beside the field just edited."""
+def test_a_layout_rule_naming_a_job_quantity_is_beside_its_field(studio, changes, fields,
+                                                                words):
+    """A trial typed a global batch of 1023 (a sequence length of 2050 under cp 2, a ladder
+    E of 100): the refusal, which names global_batch (seq_len, experts), was shown beside the
+    nodes and degrees but not beside the field just edited."""
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, **changes}})
     assert status == 422 and list(body["errors"]) == fields, body
     assert all(words in message for message in body["errors"].values())

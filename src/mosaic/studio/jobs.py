@@ -192,18 +192,29 @@ _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known
 # not only the degrees (a trial); a stack by its registry name, as a whole word (not the
 # fallback stack 'other', a word of many messages)
 _NAMED_STACKS = tuple(name for name in known_stacks() if name != "other")
-# The batch quantities a layout rule names ("dp·micro_batch=32·4 must divide
-# global_batch=1023", "2·cp=2·2 must divide seq_len=2050"), by the form field that sets each:
-# a trial's edited batch or sequence length was refused beside the nodes and degrees alone
-_BATCH_NAMES = {"global_batch": "batch.global_seqs", "seq_len": "batch.seq_len"}
+# The job quantities a layout rule names ("dp·micro_batch=32·4 must divide
+# global_batch=1023", "2·cp=2·2 must divide seq_len=2050", "ep=8 must divide experts=100"),
+# by the form field that sets each: a trial's edited batch, sequence length or ladder E was
+# refused beside the nodes and degrees alone
+_QUANTITY_FIELDS = {"global_batch": "batch.global_seqs", "seq_len": "batch.seq_len",
+                    "experts": "ladder.experts"}
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
-                                       "sequence_parallel", "sharding", *_BATCH_NAMES,
+                                       "sequence_parallel", "sharding", *_QUANTITY_FIELDS,
                                        *map(re.escape, _NAMED_STACKS))) + r")\b")
 # 'unknown system ...' (where the cluster is built) or 'job: unknown device ...' (the job
 # schema's hardware.gpu, hardware.default_systems.resolve_system); a catalog kind by the
 # form field that names it (a trial found an unknown hardware.gpu in the general line)
 _UNKNOWN = re.compile(rf"^(?:{WHERE}: )?unknown (\w+) ")
 _KIND_FIELD = {"device": "gpu"}
+
+
+def shown_fields(form: dict[str, str]) -> set[str]:
+    """The form's fields the page shows: the ladder's for a ladder model only, the pasted
+    config.json for an imported one only (a message beside a hidden field is not seen)."""
+    source = form.get("model.source", "ladder")
+    hidden = ({*LADDER_FIELDS} if source != "ladder" else set()) | (
+        {"hf.config"} if source != "hf" else set())
+    return set(form) - hidden
 
 
 def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
@@ -296,8 +307,8 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
     what the node count leaves (a trial's 100,000 nodes were blamed on the micro-batch)."""
     if axis == "micro_batch":
         return "batch.micro_seqs"
-    if axis in _BATCH_NAMES:
-        return _BATCH_NAMES[axis]
+    if axis in _QUANTITY_FIELDS:
+        return _QUANTITY_FIELDS[axis]
     if axis in _NAMED_STACKS:
         return "performance.stack"
     if axis == "dp" and "parallelism.dp" not in form_keys and "hardware.nodes" in form_keys:
@@ -356,7 +367,7 @@ def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJo
         spec = replace(spec, assumptions=(*spec.assumptions, *imported))
     except MosaicInputError as exc:
         message = str(exc)
-        raise FormError(message_fields(message, set(form))) from None
+        raise FormError(message_fields(message, shown_fields(form))) from None
     return StudioJob(spec=spec, document=document, geometry=spec.workload.geometry)
 
 
@@ -368,7 +379,7 @@ def predict_form(form: dict[str, str], base: dict[str, Any] | None,
         return job, predict_job(job.spec, calibration)
     except MosaicInputError as exc:
         message = str(exc)
-        raise FormError(message_fields(message, set(form))) from None
+        raise FormError(message_fields(message, shown_fields(form))) from None
 
 
 def check_form_layout(job: StudioJob, form: dict[str, str]) -> None:
@@ -377,7 +388,7 @@ def check_form_layout(job: StudioJob, form: dict[str, str]) -> None:
     try:
         check_job_layout(job.spec)
     except MosaicInputError as exc:
-        raise FormError(message_fields(str(exc), set(form))) from None
+        raise FormError(message_fields(str(exc), shown_fields(form))) from None
 
 
 def export_yaml(job: StudioJob, calibration: Calibration | None = None) -> str:
