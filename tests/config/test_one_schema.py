@@ -536,6 +536,10 @@ def test_the_set_a_message_names_most_fully_is_blamed():
     layout = MosaicInputError("job.yaml: invalid parallel layout: ep=3 must divide experts=128")
     assert str(blame_override(layout, ["parallelism.ep=3"])).endswith(
         "(from --set parallelism.ep=3)")
+    # a product of degrees names each of its factors (a trial: tp=3 was not blamed)
+    product = MosaicInputError("job.yaml: 1024 devices are not a multiple of tp·pp·cp=24")
+    for override in ("parallelism.tp=3", "parallelism.pp=8"):
+        assert str(blame_override(product, [override])).endswith(f"(from --set {override})")
     step = MosaicInputError("job.yaml: the step is 3 s")  # 'ep' inside a word is no match
     assert str(blame_override(step, ["parallelism.ep=3"])) == str(step)
 

@@ -1302,13 +1302,14 @@ def _override_rank(path: str, message: str) -> tuple[int, int]:
 
 def _named_depth(path: str, message: str) -> tuple[int, int]:
     """How many trailing parts of the dotted ``path`` the message names as a whole word
-    (a field alone only followed by ':', '=', ' ' or '(', as messages name a value), and
+    (a field alone only followed by ':', '=', ' ', '(' or the '·' of a product such as
+    'tp·pp·cp=24', as messages name a value), and
     minus the position of the first such name (an earlier name ranks higher); (0, 0) for
     none."""
     parts = [part for part in path.split(".") if part]
     for depth in range(len(parts), 0, -1):
         suffix = re.escape(".".join(parts[-depth:]))
-        after = r"(?![\w.])" if depth > 1 else r"(?=[:= (])"
+        after = r"(?![\w.])" if depth > 1 else r"(?=[:= (·])"
         found = re.search(rf"(?<!\w){suffix}{after}", message)
         if found:
             return depth, -found.start()
