@@ -170,6 +170,24 @@ def test_a_cpu_run_measures_fp32_gemms_unless_told(tmp_path):
     assert "fp32" in lanes and not lanes & {"bf16", "fp8", "mxfp8"}, lanes
 
 
+def test_the_documented_cpu_run_calibrates_from_its_fp32_tables(tmp_path):
+    """The CPU run of docs/bench.md (`bench all --quick`, no --dtypes) measures fp32 GEMMs
+    only; calibrate --microbench refused its tables for want of a bf16 peak sweep (a trial:
+    `SMOKE_PRESET=tiny SMOKE_QUICK=1 benchmarks/gpu_smoke.sh` stopped there). A CPU's
+    reference is now its fp32 peak, and the GEMM fit reads its fp32 rows."""
+    out = tmp_path / "cpu"
+    quick = ["--preset", "tiny", "--quick", "--no-progress", "--device", "cpu", "--threads", "1"]
+    for family in ("gemm", "kernels"):
+        run([*BENCH, family, "--out", str(out), *quick])
+    calibration = tmp_path / "cpu.yaml"
+    done = run([*MOSAIC, "calibrate", "--microbench", str(out), "--out", str(calibration),
+                "--json"])
+    report = json.loads(done.stdout)["report"]
+    assert "achievable fp32 peak" in report["reference"], report["reference"]
+    assert report["families"]["gemm"]["dtype"] == "fp32"
+    assert load_calibration(calibration).microbench.applies_to[0].startswith("cpu")
+
+
 def test_a_cpu_dry_run_lists_the_cases_the_run_would_skip():
     """FP8 and MXFP8 GEMMs need a GPU: on a CPU the dry run lists them as skipped, with the
     reason the run gives (a trial's dry run listed them "to measure"); bf16 is measured."""

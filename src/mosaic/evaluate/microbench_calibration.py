@@ -66,7 +66,7 @@ from mosaic.perf.microbench_constants import ANY_DEVICE
 from mosaic.perf.workload import precision_lane
 
 MIN_ATTENTION_ROWS = 4  # fewer: fit the plateau only (three parameters need more shapes)
-MIN_GEMM_ROWS = 8  # fewer training-shape rows than this: fit every bf16 row instead
+MIN_GEMM_ROWS = 8  # fewer training-shape rows than this: fit every row of its dtype instead
 BACKEND_PREFERENCE = ("cudnn", "flash", "efficient", "math")
 # SDPA backend -> the kernel family of perf.attention_kernels whose relative throughput
 # converts its fit into the cuDNN-equivalent efficiency the model multiplies per job.
@@ -165,6 +165,17 @@ def achievable_peak_flops_per_s(gemm: pd.DataFrame, dtype: str = "bf16") -> floa
     return float((2.0 * rows["m"] * rows["n"] * rows["k"] / rows["time_s"]).max())
 
 
+def reference_dtype(gemm: pd.DataFrame, metadata: dict[str, Any]) -> str:
+    """The GEMM precision the fractions are fitted in: bf16, the training precision the
+    model prices; on a CPU without a bf16 peak sweep, fp32, what a CPU run computes in and
+    measures by default (``mosaic.bench.device.default_dtypes``; a CPU's bf16 without native
+    instructions is ~50x slower, docs/bench.md), so the documented CPU run calibrates."""
+    if (measured_on_cpu(metadata) and achievable_peak_flops_per_s(gemm, "bf16") is None
+            and achievable_peak_flops_per_s(gemm, "fp32") is not None):
+        return "fp32"
+    return "bf16"
+
+
 def _catalog_device(name: str) -> Any:
     from mosaic.hardware import get_device
 
@@ -192,7 +203,8 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
                             int(sm))
         return Reference(rates, catalog.name, True,
                          f"datasheet rates of catalog device {catalog.name}")
-    peak = achievable_peak_flops_per_s(tables["gemm"])
+    dtype = reference_dtype(tables["gemm"], metadata)
+    peak = achievable_peak_flops_per_s(tables["gemm"], dtype)
     streams = tables["kernels"]
     bandwidth = (float(streams["bandwidth_bytes_per_s"].max())
                  if not streams.empty and "bandwidth_bytes_per_s" in streams else None)
@@ -206,7 +218,7 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
             f"device {measured_name!r} is not in the catalog: give --device NAME, or measure "
             f"{' and '.join(missing)} so the measured rates can serve as the reference")
     return Reference(DeviceRates(peak, bandwidth, 1), measured_name, False,
-                     f"measured reference rates of {measured_name} (achievable bf16 peak "
+                     f"measured reference rates of {measured_name} (achievable {dtype} peak "
                      f"{peak:.4g} FLOP/s from the square-GEMM sweep, best streaming bandwidth "
                      f"{bandwidth:.4g} B/s; one SM: no tile-wave quantisation)")
 
@@ -382,10 +394,11 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     gemm = tables["gemm"]
     report["peaks_flops_per_s"] = _peaks(gemm, ref)
     if not gemm.empty:
-        rows = training_gemm_rows(gemm)
+        dtype = reference_dtype(gemm, metadata)
+        rows = training_gemm_rows(gemm, dtype)
         min_dim = TRAINING_SHAPES_MIN
         if len(rows) < MIN_GEMM_ROWS:
-            rows, min_dim = training_gemm_rows(gemm, min_dim=1), 1
+            rows, min_dim = training_gemm_rows(gemm, dtype, min_dim=1), 1
         if len(rows) >= 4:
             rows = rows.assign(device="measured")
             fit, latency = fit_gemm(rows, {"measured": rates})
@@ -397,7 +410,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
             gemm_params = replace(DEFAULT_GEMM, **values)
             errors["gemm"] = fit.mape_percent
             report["families"]["gemm"] = {
-                "rows": fit.rows, "min_dim": min_dim, "mape_percent": fit.mape_percent,
+                "rows": fit.rows, "min_dim": min_dim, "dtype": dtype,
+                "mape_percent": fit.mape_percent,
                 # a copy: implausible_constants drops values from the block, not the report
                 "fitted": dict(values),
                 "built_in": {f: getattr(DEFAULT_GEMM, f) for f in values}}
