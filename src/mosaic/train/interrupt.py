@@ -20,7 +20,10 @@ A second signal stops at once, as Ctrl-C always did. torchrun's agent forwards t
 terminal's SIGINT to its workers, which already received it from the terminal
 (torch.distributed.elastic: the agent's ``_shutdown`` sends the signal it got to every
 worker, then SIGKILL after its grace period), so a second signal within
-:data:`REPEAT_WINDOW_S` of the first counts as the same press.
+:data:`REPEAT_WINDOW_S` of the first counts as the same press. That grace period is
+``torchrun --shutdown-timeout`` (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), 30 s by default and
+fixed at 30 s before torch 2.12 (pytorch/pytorch#172596): under torchrun, where the stop
+waits for the step under way, a step plus its checkpoint longer than it is killed unsaved.
 """
 
 from __future__ import annotations
