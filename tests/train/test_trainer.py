@@ -928,3 +928,29 @@ def test_run_info_of_synthetic_data_states_no_corpus(tmp_path):
     windows = (corpus_bytes - 1) // 32
     assert runs["corpus"]["data_tokens"] == corpus_bytes
     assert runs["corpus"]["data_epochs"] == pytest.approx(2 * 8 / windows)
+
+
+def test_a_folder_another_process_trains_is_refused(tmp_path):
+    """`kill -9` on torchrun alone leaves its workers training; a trial's rerun trained
+    beside them and metrics.jsonl ended with 245 lines for 160 steps. A folder another
+    process holds is refused with one line, and once that process ends, it trains."""
+    import subprocess
+    import sys
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    tmp_path.mkdir(exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(tmp_path / '.train.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'4242\\n')\n"
+         "print('held', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(MosaicInputError, match=r"process 4242 is training this run folder"):
+            train(config, tmp_path)
+        assert not (tmp_path / "metrics.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert train(config, tmp_path).complete  # the lock died with its holder

@@ -54,6 +54,7 @@ from mosaic.train.expert_parallel import (
     reduce_expert_gradients,
     split_experts,
 )
+from mosaic.train.folder_lock import training_lock
 from mosaic.train.interrupt import StepAbandoned, StopRequest
 from mosaic.train.metrics import (
     FlopsAccounting,
@@ -599,10 +600,15 @@ class Trainer:
             started: Callable[[], None] | None = None) -> TrainResult:
         """Train to the end (or until ``stop_after_steps`` total steps), checkpointing;
         ``started`` is called once the run's checks have passed, before its first step."""
-        run = self.config.run
         if self.context.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
+        with training_lock(self.out_dir, self.context):  # one trainer per folder
+            return self._run(stop_after_steps, log, started)
+
+    def _run(self, stop_after_steps: int | None, log: Any,
+             started: Callable[[], None] | None) -> TrainResult:
+        run = self.config.run
         resumed = self.load_checkpoint()
         # A finished run's result.json guards the folder even when its checkpoint was
         # deleted (it holds 16 B per parameter): another job is refused, the same job is done.
