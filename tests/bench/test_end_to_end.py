@@ -240,6 +240,30 @@ def test_compare_a_directory_with_itself(bench_dir, tmp_path):
     assert plot.stat().st_size > 1000
 
 
+def test_compare_names_the_cases_one_directory_lacks(bench_dir, tmp_path):
+    """A family or case measured on one side only (a collectives run in A alone, an
+    interrupted B) was left out of the ratios without a word (a trial's compare of a
+    torchrun folder with a kernels-only one); now a warning names them per family."""
+    import shutil
+    import warnings
+
+    from mosaic.bench.compare import compare
+    from mosaic.errors import MosaicWarning
+
+    kernels_only = tmp_path / "kernels_only"
+    kernels_only.mkdir()
+    for name in ("kernels.parquet", "metadata.json"):
+        shutil.copy(bench_dir / name, kernels_only / name)
+    with pytest.warns(MosaicWarning, match=r"collectives: \d+ only in .*bench") as caught:
+        cases, _ = compare(bench_dir, kernels_only)
+    assert set(cases["family"]) == {"kernels"}
+    assert f"gemm: {len(pd.read_parquet(bench_dir / 'gemm.parquet'))} only in" in str(
+        caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MosaicWarning)  # the same cases on both sides: silent
+        compare(bench_dir, bench_dir)
+
+
 def test_four_processes_strided_groups_across_two_simulated_domains(tmp_path):
     out = tmp_path / "four"
     run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",

@@ -2,12 +2,14 @@
 
 Rows are matched per family on the case key, each directory contributing the rows of its
 newest metadata (``created_utc``). The ratio is time_B / time_A (> 1: B is slower); a
-family's summary is the geometric mean ratio over the matched cases.
+family's summary is the geometric mean ratio over the matched cases, and the cases only one
+directory measured (a family run on one side, an interrupted run) are named in a warning.
 """
 
 from __future__ import annotations
 
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mosaic.bench.store import FAMILIES, ok_rows, read_family, read_metadata
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 
 
 def newest_rows(directory: Path, family: str) -> pd.DataFrame:
@@ -54,8 +56,13 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             raise MosaicInputError(f"bench directory {d} holds no measured case (no bench "
                                    "table, or only failed and skipped rows)")
     matched = []
+    unmatched: list[str] = []  # what the ratios leave out, said rather than dropped silently
     for family in FAMILIES:
         a, b = newest_rows(dir_a, family), newest_rows(dir_b, family)
+        keys_a, keys_b = (set(f["case"]) if not f.empty else set() for f in (a, b))
+        only_a, only_b = keys_a - keys_b, keys_b - keys_a
+        unmatched += [f"{family}: {len(only)} only in {d}" for only, d in
+                      ((only_a, dir_a), (only_b, dir_b)) if only]
         if a.empty or b.empty:
             continue
         a = a.groupby("case", as_index=False)["time_s"].median()
@@ -67,6 +74,9 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         matched.append(joined)
     if not matched:
         raise MosaicInputError(f"{dir_a} and {dir_b} have no measured case in common")
+    if unmatched:
+        warnings.warn("cases measured in one directory only are left out of the ratios ("
+                      + "; ".join(unmatched) + ")", MosaicWarning, stacklevel=2)
     cases = pd.concat(matched, ignore_index=True).rename(
         columns={"time_s_a": "time_a_s", "time_s_b": "time_b_s"})
     cases["ratio"] = cases["time_b_s"] / cases["time_a_s"]
