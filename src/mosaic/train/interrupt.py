@@ -22,8 +22,9 @@ terminal's SIGINT to its workers, which already received it from the terminal
 worker, then SIGKILL after its grace period), so a second signal within
 :data:`REPEAT_WINDOW_S` of the first counts as the same press. That grace period is
 ``torchrun --shutdown-timeout`` (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), 30 s by default and
-fixed at 30 s before torch 2.12 (pytorch/pytorch#172596): under torchrun, where the stop
-waits for the step under way, a step plus its checkpoint longer than it is killed unsaved.
+fixed at 30 s before pytorch/pytorch#172596 (merged 3 March 2026; in torch 2.13): under
+torchrun, where the stop waits for the step under way, a step plus its checkpoint longer
+than it is killed unsaved.
 """
 
 from __future__ import annotations
