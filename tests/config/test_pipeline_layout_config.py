@@ -64,6 +64,18 @@ def test_the_bridge_recipe_gives_deepseek_v3_its_layout_and_mtp_module():
     assert _layout(hopper) == "Et|(tt|)*30mL"
 
 
+def test_deepseek_v3_at_pp8_vpp4_on_blackwell_gets_the_benchmarks_8x4_layout():
+    """Megatron-Core refuses 61 blocks on pp 8 without a layout (transformer_block.py
+    get_num_layers_to_build: num_layers % pp == 0), so the 25.11 DGX-GB200 FP8-MX table row
+    at pp 8, vpp 4 ran one; the recipes' only DeepSeek-V3 8x4 layout is the H100 benchmark's
+    (the split mosaic assumed before put the LM head on a full last stage, 1.9 s a step)."""
+    for release in ("25.11", "26.02"):
+        job = _job(pp=8, vpp=4, system="GB200-NVL72", nodes=64, ep=32,
+                   model=DSV3_MODEL | {"mtp_layers": 0})
+        job["performance"]["stack_version"] = release
+        assert _layout(job_from_document(job, "job")) == "Et|(tt|)*30L", release
+
+
 def test_a_model_without_mtp_gets_the_layout_without_it():
     spec = job_from_document(_job(model=DSV3_MODEL | {"mtp_layers": 0}), "job")
     assert spec.workload.geometry.mtp_layers == 0
