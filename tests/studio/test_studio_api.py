@@ -1094,6 +1094,29 @@ def test_a_model_grid_plans_around_the_editors_model_as_plan_backbone_does(studi
     assert status == 422 and "allowed: ladder, model" in body["errors"]["plan.grid"]
 
 
+def test_a_model_grid_request_that_leaves_out_e_k_and_g_plans_the_model_alone(studio, tmp_path):
+    """An API request for a model-grid plan that left out plan.experts, plan.top_k and
+    plan.split_factor planned the ladder's lists around the model (182 geometries), where
+    the page (which clears them) and `mosaic plan --backbone` (without --experts, --top-k,
+    --split-factor) plan the model alone (a trial)."""
+    _, options = studio.call("/api/options")
+    job_form = options["form"]
+    status, body = studio.call("/api/plan", {"form": {"plan.grid": "model"}, "job": job_form})
+    try:
+        assert status == 200, body
+        _, exported = studio.call("/api/export", {"form": job_form, "target": "yaml"})
+        model = tmp_path / "model.yaml"
+        model.write_text(yaml.safe_dump({"model": yaml.safe_load(exported["text"])["model"]}))
+        counts = cli_json("plan", "--backbone", str(model), "--workers", "1")["counts"]
+        assert body["total"] == counts["geometries"], body
+        job = wait_plan(studio)
+        assert job["state"] == "done", job
+        assert job["summary"]["geometries"] == counts["geometries"]
+    finally:  # a wrong grid runs on: stop it for the tests after this one
+        studio.app.state.runner.cancel()
+        studio.app.state.runner.wait(60)
+
+
 def test_an_unchanged_plan_form_plans_what_mosaic_plan_plans():
     """The studio's plan defaults are the CLI's (a trial: a narrower studio grid had picked
     a different, worse optimum for the same envelope): same envelope, same 1,092-geometry

@@ -229,6 +229,19 @@ def plan_field_of(message: str, keys: set[str]) -> str:
     return named[0] if named else GENERAL
 
 
+def with_plan_defaults(form: dict[str, str]) -> dict[str, str]:
+    """The plan form with `mosaic plan`'s default for each field it leaves out. Under
+    ``plan.grid: model`` the grid's E, K and G left out are the model's own, as `mosaic plan
+    --backbone` without --experts, --top-k and --split-factor keeps them (and as the page
+    clears the ladder's lists on switching): an API request that left them out planned the
+    ladder's lists around the model, 182 geometries where the page and the CLI planned 1
+    (a trial)."""
+    defaults = DEFAULT_PLAN_FORM
+    if str(form.get("plan.grid", defaults["plan.grid"])).strip() == "model":
+        defaults = {**defaults, **dict.fromkeys(SHARED_GRID_AXES, "")}
+    return {**defaults, **form}
+
+
 def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, Any, Any]:
     """(Envelope, SearchSpace, LayoutLimits) of a plan form, or FormError naming the
     fields. ``model`` is the editor's geometry, the backbone of a ``plan.grid: model``
@@ -239,7 +252,7 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
     if unknown:  # a misspelt field (or a job field) would plan on the default silently
         raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
                                   f"{sorted(DEFAULT_PLAN_FORM)}"})
-    form = {**DEFAULT_PLAN_FORM, **form}
+    form = with_plan_defaults(form)
     required = {"nodes": int, "seq_len": int, "s_min": float}
     try:  # every bad one at once: the batch's error with the numbers'
         batches, _ = plan_batches(form)
