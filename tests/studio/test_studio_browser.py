@@ -458,6 +458,37 @@ def test_a_refused_plan_request_clears_the_previous_plans_status(page, studio, b
     set_field(page, "plan.nodes", TINY_PLAN["plan.nodes"])
 
 
+def test_run_plan_shows_the_new_request_at_once(studio, browser):
+    """After Run plan the status line showed the previous plan's state ("plan N: done", its
+    report link beside it) until the request returned (a trial): it says the plan is
+    starting as soon as the button is clicked."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        for key, value in ONE_GEOMETRY.items():
+            set_field(driver, key, value)
+        first = next_plan_number(studio)
+        driver.find_element(By.ID, "plan-run").click()
+        browser.wait_for(lambda: f"plan {first}: done" in text(driver, "plan-state")
+                         and driver.find_element(By.ID, "plan-report-link").is_displayed(),
+                         timeout_s=90, what="the first plan to finish")
+        # the click and the line read in one script: the request cannot have returned
+        state, link_hidden, progress = driver.execute_script(
+            "document.getElementById('plan-run').click();"
+            "return [document.getElementById('plan-state').textContent,"
+            "        document.getElementById('plan-report-link').hidden,"
+            "        document.getElementById('plan-progress').value];")
+        assert state == "starting…" and link_hidden and progress == 0, state
+        browser.wait_for(lambda: f"plan {first + 1}: done" in text(driver, "plan-state"),
+                         timeout_s=90, what="the second plan to finish")
+        assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()
+
+
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
     """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
     it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a

@@ -638,6 +638,15 @@
   function runPlan() {
     clearErrors("plan-form", "plan-error");
     busyRefusal = false;
+    // the request's own state at once: the previous plan's ("plan 1: done", its progress,
+    // message and report link) stayed until the request returned (a trial)
+    clearTimeout(pollTimer);
+    $("plan-progress").max = 1;
+    $("plan-progress").value = 0;
+    $("plan-state").textContent = "starting…";
+    $("plan-message").textContent = "";
+    $("plan-report-link").hidden = true;
+    document.body.setAttribute("data-plan-state", "starting");
     // the editor's model goes along: a model grid plans around it
     return post("/api/plan", {form: readForm("plan-form"), job: readForm("job-form")}).then(function (body) {
       if (!body.ok) {
