@@ -489,6 +489,26 @@ def test_run_plan_shows_the_new_request_at_once(studio, browser):
         driver.quit()
 
 
+def test_the_pages_export_of_the_starting_job_is_the_apis(studio, browser):
+    """The page's job YAML of the untouched starting job held `quantised_gemms: all`, which
+    `/api/export` of the same (options) form leaves out: the select had no empty choice,
+    so its first one was sent as stated (a trial). An untouched default is not written."""
+    from selenium.webdriver.common.by import By
+
+    _, options = studio.call("/api/options")
+    _, exported = studio.call("/api/export", {"form": options["form"], "target": "yaml"})
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        driver.find_element(By.ID, "export-run").click()
+        shown = browser.wait_for(lambda: text(driver, "export-text"), what="the export")
+        assert shown == exported["text"]
+        assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()
+
+
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
     """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
     it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a

@@ -96,10 +96,17 @@ def options_document(job_document: dict[str, Any] | None,
                        if name != Precision.FP4.value],
         # `mosaic plan --precision`'s names: the lanes and the FP8/FP4 recipes (fp8-cs, ...)
         "plan_precisions": [name for name in PRECISION_NAMES if name != Precision.FP4.value],
-        "quantised_gemms": [str(q) for q in QuantisedGemms],
+        # an empty first choice leaves it to the job file, else the schema's default: a
+        # select without one sent its first choice, and the page's export stated
+        # `quantised_gemms: all` (a trial; the switches' empty choice, SWITCH_CHOICES)
+        "quantised_gemms": ["", *(str(q) for q in QuantisedGemms)],
         "optimizers": [str(o) for o in OptimizerKind],
         "optimizer_dtypes": [str(d) for d in OptimizerDtype],
         "switches": list(SWITCH_CHOICES),
+        # what a select's empty choice reads as, by its choices' name
+        "empty_choices": {"switches": "(job or recipe)",
+                          "quantised_gemms": "(job or "
+                          f"{PerformanceBlock.model_fields['quantised_gemms'].default})"},
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
         "form": form,

@@ -113,8 +113,10 @@
       input = document.createElement("select");
       (options[kind.slice(7)] || []).forEach(function (choice) {
         var opt = document.createElement("option");
-        // a switch's empty choice leaves the setting to the job file or the stack's recipe
-        opt.value = choice; opt.textContent = choice === "" ? "(job or recipe)" : choice;
+        // an empty choice leaves the setting to the job file, else the stack's recipe (a
+        // switch) or the schema's default (options.empty_choices says which)
+        opt.value = choice;
+        opt.textContent = choice === "" ? (options.empty_choices || {})[kind.slice(7)] || "(job's)" : choice;
         input.appendChild(opt);
       });
     } else if (kind === "textarea") {
