@@ -302,6 +302,53 @@ def test_the_layouts_table_takes_one_tab_stop_and_sorts_by_keyboard(studio, brow
         page.quit()
 
 
+def test_the_table_filter_matches_each_word_in_the_rows_cells(studio, browser):
+    """The filter (table.js, the studio's and the reports') matched its text against the
+    row's cells run together: "zero2 4" found nothing (the cells read "zero24"), and text
+    spanning two cells found rows. Each whitespace-separated word is looked for in the
+    cells, kept apart."""
+    from selenium.webdriver.common.by import By
+
+    def cells() -> list[list[str]]:
+        return driver.execute_script(
+            "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
+            ".map(function (tr) { return Array.from(tr.cells).map(function (td) {"
+            "  return td.textContent.toLowerCase(); }); })")
+
+    def shown_after(words: str) -> list[int]:
+        return driver.execute_script(
+            "var f = document.querySelector(\"input[data-filter-for='layouts-table']\");"
+            "f.value = arguments[0]; f.dispatchEvent(new Event('input'));"
+            "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
+            ".map(function (tr, i) { return tr.style.display === 'none' ? -1 : i; })"
+            ".filter(function (i) { return i >= 0; })", words)
+
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        driver.find_element(By.ID, "layouts-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
+                         what="the layout table")
+        rows = cells()
+        headers = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "#layouts-table th")]
+        sharding, mbs = headers.index("sharding"), headers.index("mbs")
+        # two words of two cells of the first row, as a reader types them ("zero1 4")
+        words = [rows[0][sharding], rows[0][mbs]]
+        shown = shown_after("  ".join(words).upper() + " ")
+        assert 0 in shown
+        assert shown == [i for i, row in enumerate(rows)
+                         if all(any(w in cell for cell in row) for w in words)]
+        # the two cells' text run together is in no cell: no row holds it
+        joined = words[0] + words[1]
+        assert not any(joined in cell for row in rows for cell in row)
+        assert shown_after(joined) == []
+        assert len(shown_after("")) == len(rows)
+        assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()
+
+
 def test_a_layouts_hsdp_rows_name_their_shard_group(studio, browser):
     """torchtitan's best layouts include HSDP with shard groups 8, 4 and 2, which `mosaic
     layouts` lists as hsdp/8, hsdp/4, hsdp/2: the studio's table (and its infeasible list)

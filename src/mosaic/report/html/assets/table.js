@@ -1,7 +1,8 @@
 // Sortable, filterable tables for the mosaic report and studio (no dependencies).
 // A <table class="sortable"> sorts by a column when its header is clicked, or focused and
 // given Enter or Space (numeric cells carry data-value); an <input data-filter-for="TABLE_ID">
-// hides rows not containing its text.
+// hides the rows that miss any of its whitespace-separated words, each looked for in the
+// row's cells (case-insensitively; "zero2 4": a cell holds zero2, one holds 4).
 (function () {
   "use strict";
 
@@ -54,9 +55,14 @@
   function applyFilter(input) {
     var table = document.getElementById(input.getAttribute("data-filter-for"));
     if (!table || !table.tBodies[0]) { return; }
-    var needle = input.value.trim().toLowerCase();
+    var terms = input.value.toLowerCase().split(/\s+/).filter(function (t) { return t; });
     Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
-      row.style.display = row.textContent.toLowerCase().indexOf(needle) >= 0 ? "" : "none";
+      // the cells apart (a term holds no whitespace, so it cannot span two): the row's text
+      // ran them together ("zero24"), and "zero2 4" found nothing (a trial)
+      var text = Array.prototype.map.call(row.cells, function (cell) {
+        return cell.textContent;
+      }).join("\n").toLowerCase();
+      row.style.display = terms.every(function (t) { return text.indexOf(t) >= 0; }) ? "" : "none";
     });
   }
 
