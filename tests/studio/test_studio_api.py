@@ -211,8 +211,9 @@ def test_messages_in_the_pages_words(studio):
     assert status == 422 and "_general" not in body["errors"]["plan.grid"]
     form = {k: v for k, v in DEFAULT_FORM.items() if k != "ladder.q"}
     status, body = studio.call("/api/perf", {"form": form})
-    assert status == 422 and body["errors"] == {"ladder.q": "give an integer (the field is "
-                                                            "empty or missing)"}
+    _, emptied = studio.call("/api/perf", {"form": {**form, "ladder.q": ""}})
+    assert status == 422 and list(body["errors"]) == ["ladder.q"]
+    assert body["errors"] == emptied["errors"] and "got" not in body["errors"]["ladder.q"]
 
 
 def test_a_stage_count_rule_is_shown_beside_pp_and_vpp(studio):
@@ -1212,6 +1213,41 @@ def test_an_emptied_degree_is_an_error_not_a_degree_of_one(studio, key):
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, key: " "}})
     assert status == 422 and body["errors"][key].startswith("give the ")
     assert ("(1 for none)" in body["errors"][key]) == key.startswith("parallelism.")
+
+
+@pytest.mark.parametrize("value", ["", None])
+@pytest.mark.parametrize(("key", "words"), [
+    ("batch.seq_len", "sequence length"), ("batch.global_seqs", "global batch"),
+    ("hardware.nodes", "number of nodes"), ("parallelism.ep", "expert-parallel degree"),
+    ("batch.micro_seqs", "micro-batch"), ("ladder.q", "seed q"), ("ladder.experts", "experts E"),
+    ("hf.config", "config.json")])
+def test_an_empty_job_field_is_asked_for_by_name(studio, key, words, value):
+    """An empty sequence length or batch read "job: batch: seq_len: Field required" where an
+    empty node count or degree read "give the ...", and a JSON null "... (got 'None')" (a
+    trial): each is asked for in one wording, naming the field, on /api/perf and
+    /api/compare."""
+    form = {**DEFAULT_FORM, **({"model.source": "hf"} if key == "hf.config" else {}),
+            key: value}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422 and list(body["errors"]) == [key], body
+    message = body["errors"][key]
+    assert message.startswith("give the ") and words in message, message
+    status, compared = studio.call("/api/compare", {"forms": [DEFAULT_FORM, form]})
+    assert status == 422 and compared["errors"] == body["errors"]
+
+
+@pytest.mark.parametrize("value", ["", None])
+@pytest.mark.parametrize(("key", "words"), [
+    ("plan.nodes", "number of nodes"), ("plan.seq_len", "sequence length"),
+    ("plan.global_batch", "global batch"), ("plan.s_min", "sparsity floor"),
+    ("plan.tpp", "tokens per active parameter"), ("plan.stack", "software stack")])
+def test_an_empty_plan_field_is_asked_for_by_name(studio, key, words, value):
+    """The plan form's empty required fields read "must be an integer, got ''" (or "got
+    'None'" for a JSON null): asked for as the job form asks, naming the field."""
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, key: value}})
+    assert status == 422 and list(body["errors"]) == [key], body
+    message = body["errors"][key]
+    assert message.startswith("give the ") and words in message, message
 
 
 def test_a_ladder_plan_ignores_the_model_grid_fields_the_page_hides(studio):

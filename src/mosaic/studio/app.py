@@ -29,6 +29,7 @@ from mosaic.studio.jobs import (
     FormError,
     check_form_layout,
     export_yaml,
+    form_text,
     predict_form,
     validate_form,
 )
@@ -256,7 +257,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         form = payload.get(key) if isinstance(payload, dict) else None
         if not isinstance(form, dict):
             raise FormError({GENERAL: f"request needs a '{key}' object"})
-        return {str(k): str(v) for k, v in form.items()}
+        return {str(k): form_text(v) for k, v in form.items()}
 
     @app.exception_handler(FormError)
     async def form_error(_request: Request, exc: FormError) -> Any:
@@ -389,8 +390,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             raise FormError({GENERAL: "compare needs two forms"})
         documents = []
         for form in forms:
-            _, result = predict_form({str(k): str(v) for k, v in form.items()}, job_document,
-                                     calibration)
+            _, result = predict_form({str(k): form_text(v) for k, v in form.items()},
+                                     job_document, calibration)
             documents.append(prediction_document(result, calibration))
         bars = [("A", documents[0]), ("B", documents[1])]
         return _json({"ok": True, "predictions": documents, "figures": {

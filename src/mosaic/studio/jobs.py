@@ -69,6 +69,26 @@ DEFAULT_FORM: dict[str, str] = {
 }
 
 
+# What a form field that must hold a value asks for when it is empty (or missing, or a
+# JSON null): one wording for all of them, naming the field ("give the number of nodes").
+# The schema's own "Field required" (batch.seq_len, batch.global_seqs) and a null's
+# "(got 'None')" read otherwise beside the node count's and the degrees' (a trial).
+ASKED_FOR = {"hardware.nodes": "the number of nodes",
+             "batch.global_seqs": "the global batch in sequences",
+             "batch.seq_len": "the sequence length in tokens",
+             **REQUIRED_WHEN_GIVEN,
+             "ladder.q": "the ladder seed q", "ladder.experts": "the experts E (0: dense)",
+             "ladder.top_k": "the active experts K", "ladder.split_factor": "the split factor G",
+             "hf.config": "the model's HuggingFace config.json (paste its text)"}
+_FIELD_REQUIRED = re.compile(rf"^{WHERE}: \w+: \w+: Field required$")  # pydantic's
+
+
+def form_text(value: Any) -> str:
+    """A form value sent as JSON as the page's input holds it: a null is an empty field
+    (it read "got 'None'"), anything else its text."""
+    return "" if value is None else str(value)
+
+
 def _int(form: dict[str, str], key: str) -> int:
     text = str(form.get(key, "")).strip()
     try:
@@ -76,7 +96,7 @@ def _int(form: dict[str, str], key: str) -> int:
     except ValueError:
         # an empty or left-out field is missing, not a bad integer '' (a trial)
         raise FormError({key: f"must be an integer, got {shown(text)}" if text
-                         else "give an integer (the field is empty or missing)"}) from None
+                         else f"give {ASKED_FOR[key]}"}) from None
 
 
 def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) -> Geometry | None:
@@ -90,6 +110,8 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
         from mosaic.arch.hf_import import geometry_from_hf_config
 
         text = str(form.get("hf.config", "")).strip()
+        if not text:  # (it read "config.json: empty, ... did the command that wrote it fail?")
+            raise FormError({"hf.config": f"give {ASKED_FOR['hf.config']}"})
         try:
             config = parse_json(text, "config.json")
         except MosaicInputError as exc:
@@ -330,7 +352,7 @@ def check_form_fields(form: dict[str, str]) -> None:
               if key not in MODEL_FORM_FIELDS
               and (key.partition(".")[0] not in blocks or not key.partition(".")[2])}
     if "hardware.nodes" in form and not str(form["hardware.nodes"]).strip():
-        errors["hardware.nodes"] = "give the number of nodes"
+        errors["hardware.nodes"] = f"give {ASKED_FOR['hardware.nodes']}"
     # an empty degree or micro-batch would be read as the schema's default of 1: a trial's
     # cleared ep predicted ep 1 without a word (vpp and etp left empty mean the stack's)
     for key, meaning in REQUIRED_WHEN_GIVEN.items():
@@ -366,8 +388,10 @@ def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJo
         cluster_for(spec)  # unknown system, device count vs nodes
         spec = replace(spec, assumptions=(*spec.assumptions, *imported))
     except MosaicInputError as exc:
-        message = str(exc)
-        raise FormError(message_fields(message, shown_fields(form))) from None
+        errors = message_fields(str(exc), shown_fields(form))
+        raise FormError({key: f"give {ASKED_FOR[key]}" if key in ASKED_FOR
+                         and _FIELD_REQUIRED.match(message) else message
+                         for key, message in errors.items()}) from None
     return StudioJob(spec=spec, document=document, geometry=spec.workload.geometry)
 
 

@@ -95,6 +95,15 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.pp": "", "plan.ep": "", "plan.sharding": "",
 }
 GRIDS = ("ladder", "model")  # plan.grid's choices
+# The plan fields that must hold a value, by what an empty one (or a JSON null) asks for:
+# the job form's wording (studio.jobs.ASKED_FOR), where these read "must be an integer,
+# got ''" or "got 'None'" (a trial)
+PLAN_ASKED_FOR = {"plan.nodes": "the number of nodes",
+                  "plan.seq_len": "the sequence length in tokens",
+                  "plan.global_batch": "the global batch: N sequences, MIN:MAX or auto",
+                  "plan.tpp": "the tokens per active parameter, MIN:MAX (e.g. 40:150)",
+                  "plan.s_min": "the sparsity floor", "plan.grid": "the grid: ladder or model",
+                  "plan.stack": "the software stack", "plan.precision": "the precision"}
 # The optional constraint fields and the option each one is.
 CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "unique_tokens", "pp", "ep",
                      "sharding")
@@ -253,6 +262,10 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
         raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
                                   f"{sorted(DEFAULT_PLAN_FORM)}"})
     form = with_plan_defaults(form)
+    empty = {key: f"give {meaning}" for key, meaning in PLAN_ASKED_FOR.items()
+             if not str(form[key]).strip()}
+    if empty:  # asked for by name, as the job form asks (it read "must be ..., got ''")
+        raise FormError(empty)
     required = {"nodes": int, "seq_len": int, "s_min": float}
     try:  # every bad one at once: the batch's error with the numbers'
         batches, _ = plan_batches(form)
