@@ -99,8 +99,32 @@ def test_the_job_groups_a_run_leaves_out_are_named(paper_shapes):
     cases = collectives.build_cases(4, 4, 1024, 1024, placements=placements)
     # pairs are measured; the 4-rank groups of one rank per node are not either (4 ranks on
     # one node of 4)
-    with pytest.warns(MosaicWarning, match="groups of 4, 8, 32 ranks cannot be laid out on "
-                                           "the 4 ranks"):
+    with pytest.warns(MosaicWarning) as caught:
+        _warn_unformed_job_groups(cases, options, 4)
+    text = str(caught[0].message)
+    # the pairs of one rank per domain are not formed either, and named; what runs instead
+    # is said (a trial read "so none is measured" and then saw 138 pair cases run for
+    # minutes on 2 ranks)
+    assert text.startswith("the job's groups of 4, 8, 32 ranks and groups of 2 ranks with 1 "
+                           "per domain cannot be laid out on the 4 ranks")
+    assert "none is measured" not in text
+    assert (f"the run measures only {len(cases)} cases on groups of 2 ranks with 2 per domain "
+            "(as the job's), messages 1 KiB to 1 KiB" in text)
+
+
+def test_groups_measured_unlike_the_job_places_them_are_named():
+    """A job of 4-rank groups of one rank per node on 4 ranks of one node: the only 4-rank
+    layout the world has (4 per domain) runs in their place, which the warning says; it said
+    nothing, since the group size was formed."""
+    from mosaic.bench.run import CollectiveOptions, _warn_unformed_job_groups
+    from mosaic.errors import MosaicWarning
+
+    options = CollectiveOptions(placements=((4, 1),))
+    cases = collectives.build_cases(4, 4, 1024, 4096, ops=("all_reduce",),
+                                    placements=options.placements)
+    with pytest.warns(MosaicWarning, match=r"groups of 4 ranks with 1 per domain cannot be "
+                      r".* measures only 3 cases on groups of 4 ranks with 4 per domain "
+                      r"\(not as the job's\), messages 1 KiB to 4 KiB"):
         _warn_unformed_job_groups(cases, options, 4)
 
 
