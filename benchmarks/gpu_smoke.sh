@@ -9,6 +9,8 @@
 # Environment (for a CPU check of the script itself):
 #   SMOKE_PRESET=tiny SMOKE_QUICK=1 benchmarks/gpu_smoke.sh /tmp/smoke
 #   SMOKE_BUDGET_S  measurement budget in seconds (default 360; a rerun resumes)
+#   SMOKE_THREADS   on a CPU, the threads torch computes with (default 1; bench --threads):
+#                   with one per core, a trial's CPU GEMM fit erred by 1531% (8.9% at 1)
 #   MOSAIC          the mosaic command (default: mosaic on PATH, else python -c ...)
 #   PYTHON          the interpreter with mosaic[bench] installed (default: the repository's
 #                   .venv/bin/python if it exists, else python3)
@@ -38,14 +40,20 @@ QUICK=()
 DEVICE=$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name().replace(" ", "_") if torch.cuda.is_available() else "cpu")')
 OUT=${1:-benchmarks/results/gpu_smoke/$DEVICE}
 mkdir -p "$OUT"
-echo "gpu_smoke: preset=$PRESET device=$DEVICE out=$OUT budget=${BUDGET}s" >&2
+# On a CPU, one thread (docs/bench.md "GPU smoke test"): with torch's default of one per
+# core, small GEMMs on a host other processes share stall, and the GEMM fit erred by 1531%
+# in a trial and 112% on a busy 2-core EPYC (7 Dec 2026), against 8.9% and 14.7% at one
+# thread. A GPU run is left as it was (--threads only sets torch's CPU threads).
+THREADS=()
+[[ "$DEVICE" == cpu ]] && THREADS=(--threads "${SMOKE_THREADS:-1}")
+echo "gpu_smoke: preset=$PRESET device=$DEVICE out=$OUT budget=${BUDGET}s ${THREADS[*]}" >&2
 
 # 1. Kernel families on one device: GEMMs (fwd + both bwd shapes, bf16 and fp8, the
 #    square-GEMM peak sweep), grouped expert GEMMs (balanced, skewed), SDPA attention per
 #    backend, element-wise / norm / cross-entropy / AdamW / launch gap / host sync.
 start=$(date +%s)
 "$PYTHON" -m mosaic.bench all --preset "$PRESET" --out "$OUT" --time-budget "$BUDGET" \
-  --max-tensor-bytes 48GiB "${QUICK[@]}"
+  --max-tensor-bytes 48GiB "${QUICK[@]}" "${THREADS[@]}"
 echo "gpu_smoke: measured in $(( $(date +%s) - start )) s" >&2
 
 # 2. Fit the constants and compare with the built-in ones (table + per-family error).
