@@ -201,6 +201,27 @@ def test_predict_from_a_geometry_gives_table4_loss():
     assert contradiction.exit_code == 2 and "contradicts" in contradiction.output
 
 
+def test_predict_a_ladder_rung_at_its_grid_geometry():
+    """`--q 2` of the tiny ladder (head width 8, 2 KV heads) was built at the paper's width
+    128: 977 M parameters for the rung's 3.8 M (a trial). `--ladder FILE` builds the rung as
+    `mosaic ladder run` does, and the law reads that rung's N_tot and S."""
+    from mosaic.arch import count_parameters
+    from mosaic.train.ladder import load_grid
+
+    grid = Path(__file__).resolve().parents[2] / "examples" / "ladder_tiny.yaml"
+    rung = next(job for job in load_grid(grid) if job.name == "q2_E16_K1_G1_D2.05e05")
+    counts = count_parameters(rung.config.geometry())
+    payload = run_json("predict", "--q", "2", "--experts", "16", "--top-k", "1",
+                       "--split-factor", "1", "--tokens", "204800", "--ladder", str(grid))
+    assert payload["n_total"] == float(counts.n_total) < 4e6
+    assert payload["sparsity"] == pytest.approx(float(counts.sparsity), rel=1e-12)
+    paper = run_json("predict", "--q", "2", "--experts", "16", "--top-k", "1",
+                     "--split-factor", "1", "--tokens", "204800")  # the default: width 128
+    assert paper["n_total"] > 100 * payload["n_total"]
+    unnamed = runner.invoke(app, ["law", "predict", "--ladder", str(grid), "--tokens", "1e5"])
+    assert unnamed.exit_code == 2 and "name it with --q" in unnamed.stderr
+
+
 def test_optimum_flags_an_eq17_rate_below_its_fitted_range():
     """Eq. 17 at C = 1e12 FLOPs is 1.35e-2, an extrapolation far below the smallest run it
     was fitted on (C = 1.8e18, where the trainer holds it); the optimum says so (a trial)."""

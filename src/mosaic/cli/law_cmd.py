@@ -189,6 +189,12 @@ def predict(
             "--arch", "--model",
             help="Architecture YAML (model:, moe: blocks) or HuggingFace config.json.")
     ] = None,
+    ladder: Annotated[
+        Path | None, typer.Option(
+            "--ladder", help="With --q: a `mosaic ladder` grid file whose rung geometry "
+                             "(head_dim, kv_heads, gated_attention) to use; default the "
+                             "paper's (head width 128, 8 KV heads).")
+    ] = None,
     law_file: LawOption = None,
     bootstrap_samples: SamplesOfLawOption = None,
     as_json: JsonFlag = False,
@@ -196,6 +202,9 @@ def predict(
     """Predict the final training loss of one configuration (counts or a geometry)."""
     law = load_law_file(law_file)
     samples = _samples_of(bootstrap_samples, law)
+    if ladder is not None and q is None:
+        raise MosaicInputError("--ladder gives the geometry of a rung: name it with --q (and "
+                               "--experts, --top-k, --split-factor)")
     if q is not None or arch is not None:
         if n_total is not None or sparsity is not None or n_active is not None:
             raise MosaicInputError("give a geometry (--q or --arch) or counts (--n-total "
@@ -217,7 +226,16 @@ def predict(
             if g != split_factor and split_factor is not None:
                 raise MosaicInputError(f"--split-factor must be an integer with --q, "
                                        f"got {split_factor}")
-            geometry = ladder_geometry(q, experts, top_k, g)
+            if ladder is None:
+                geometry = ladder_geometry(q, experts, top_k, g)
+            else:  # as `mosaic ladder run` builds the rung (mosaic.train.ladder)
+                from mosaic.train.ladder import rung_geometry
+
+                if tokens is None:
+                    raise MosaicInputError("missing --tokens; a geometry needs a token count "
+                                           "too")
+                check_range("--tokens", tokens, "tokens")
+                geometry = rung_geometry(ladder, q, experts, top_k, g, tokens)
         inputs = _inputs_from_geometry(geometry, tokens)
     else:
         ignored = [flag for flag, value in (("--experts", experts), ("--top-k", top_k))

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
-from mosaic.arch import count_parameters
+from mosaic.arch import Geometry, count_parameters
 from mosaic.arch.counts import sparsity as sparsity_of
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError, MosaicWarning
@@ -119,9 +119,8 @@ def _checkpoints_as_at_full_scale(config: TrainConfig, step_ratio: float) -> Tra
         update={"checkpoint_every": every})})
 
 
-def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
-    """Rungs of a grid file; ``scale`` multiplies the head width and every token budget."""
-    path = Path(path)
+def _read_grid(path: Path) -> tuple[LadderBlock, dict[str, Any]]:
+    """A grid file's ladder block and its recipe (data paths resolved), checked."""
     document = load_yaml_mapping(path)
     if "run" in document and "recipe" not in document:  # a job: eight unknown fields before
         raise MosaicInputError(
@@ -129,8 +128,6 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
             "rung), not a ladder grid, which holds a recipe (the job's blocks but the model) "
             "and a ladder block of lists (docs/train.md, \"The ladder\")")
     grid = validate_mapping(GridFile, document, str(path))
-    if not 0 < scale <= 1:
-        raise MosaicInputError(f"--scale must satisfy 0 < scale <= 1, got {scale}")
     recipe = dict(grid.recipe)
     if not isinstance(recipe.get("run", {}), dict):
         raise MosaicInputError(f"{path}: recipe.run must be a mapping of run settings, got "
@@ -142,8 +139,41 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         raise MosaicInputError(f"{path}: recipe.run.tokens: the ladder sets each rung's "
                                "tokens (ladder.tokens, ladder.tokens_per_active_param or "
                                "ladder.runs[].tokens); drop it from the recipe")
-    recipe = resolve_data_paths(recipe, path.parent, f"{path}: recipe")
-    block = grid.ladder
+    return grid.ladder, resolve_data_paths(recipe, path.parent, f"{path}: recipe")
+
+
+def _stated_kv_heads(block: LadderBlock) -> dict[str, int]:
+    """kv_heads only where the grid states it: a rung warns about a stated one only."""
+    return {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
+
+
+def rung_geometry(path: str | Path, q: int, experts: int | None, top_k: int | None,
+                  split_factor: int, tokens: float) -> Geometry:
+    """The geometry `mosaic ladder run` gives rung (q, E, K, G) of the grid file ``path``
+    at full scale, whether or not the grid lists it: the grid's head_dim, kv_heads,
+    gated_attention and data vocabulary, built through the same job validation as
+    :func:`load_grid`'s rungs (``tokens``: the rung's budget, which that validation reads).
+    `law predict --q` built the paper's width 128 instead, 977 M parameters for the tiny
+    ladder's 3.8 M rung q2_E16_K1_G1 (a trial)."""
+    path = Path(path)
+    block, recipe = _read_grid(path)
+    where = f"{path}: rung q={q} E={experts} K={top_k} G={split_factor}"
+    rung = validate_mapping(LadderModel, {
+        "q": q, "experts": experts, "top_k": top_k, "split_factor": split_factor,
+        "head_dim": block.head_dim, "gated_attention": block.gated_attention,
+        **_stated_kv_heads(block)}, where)
+    config = train_config_from_mapping(
+        {**recipe, "ladder": rung.model_dump(exclude_unset=True),
+         "run": {**dict(recipe.get("run", {})), "tokens": tokens}}, where)
+    return config.geometry(where)
+
+
+def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
+    """Rungs of a grid file; ``scale`` multiplies the head width and every token budget."""
+    path = Path(path)
+    block, recipe = _read_grid(path)
+    if not 0 < scale <= 1:
+        raise MosaicInputError(f"--scale must satisfy 0 < scale <= 1, got {scale}")
     points = [(r.q, r.experts, r.top_k, r.split_factor, ("D", r.tokens)) for r in block.runs]
     explicit = len(points)  # the runs: entries, refused rather than skipped when inadmissible
     budgets = ([("D", t) for t in block.tokens]
@@ -165,8 +195,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     # admissible is named (a trial's split_factor [1, 3] lost 8 of 19 rungs without a word)
     skipped: dict[tuple[str, Any], set[str]] = {}
     kept: set[tuple[str, Any]] = set()
-    # kv_heads only where the grid states it: a rung warns about a stated one only
-    stated_kv = {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
+    stated_kv = _stated_kv_heads(block)
     for index, (q, experts, top_k, split, (kind, budget)) in enumerate(points):
         stated = index < explicit
         values = _axis_values(q, experts, top_k, split, kind, budget)
