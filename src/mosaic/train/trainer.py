@@ -467,7 +467,9 @@ class Trainer:
 
     @property
     def wall_s(self) -> float:
-        """Training seconds so far, over every process that trained this run."""
+        """Training-loop seconds so far: this process's, plus the earlier processes' saved
+        in the checkpoint it resumed from (each up to its last checkpoint: time a killed
+        process spent after it, all of it before its first, is not counted; docs/train.md)."""
         return self._wall_s_before + time.perf_counter() - self._started
 
     # ----------------------------------------------------------------- one step
