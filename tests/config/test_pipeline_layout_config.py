@@ -64,7 +64,7 @@ def test_the_bridge_recipe_gives_deepseek_v3_its_layout_and_mtp_module():
     assert _layout(hopper) == "Et|(tt|)*30mL"
 
 
-def test_deepseek_v3_at_pp8_vpp4_on_blackwell_gets_the_benchmarks_8x4_layout():
+def test_deepseek_v3_at_8x4_and_2x4_on_blackwell_gets_a_recipe_layout():
     """Megatron-Core refuses 61 blocks on pp 8 without a layout (transformer_block.py
     get_num_layers_to_build: num_layers % pp == 0), so the 25.11 DGX-GB200 FP8-MX table row
     at pp 8, vpp 4 ran one; the recipes' only DeepSeek-V3 8x4 layout is the H100 benchmark's
@@ -74,6 +74,10 @@ def test_deepseek_v3_at_pp8_vpp4_on_blackwell_gets_the_benchmarks_8x4_layout():
                    model=DSV3_MODEL | {"mtp_layers": 0})
         job["performance"]["stack_version"] = release
         assert _layout(job_from_document(job, "job")) == "Et|(tt|)*30L", release
+        # pp 2 x vpp 4 (the 25.11 GB300 rows): 61 blocks on pp 2 need a layout too, and the
+        # recipes' layout_map gives one per chunk count: 8 chunks, as (8, 1) and (4, 2)
+        job["parallelism"].update(pp=2, vpp=4)
+        assert _layout(job_from_document(job, "job")) == "Et*8|(t*8|)*6t*5L", release
 
 
 def test_a_model_without_mtp_gets_the_layout_without_it():
