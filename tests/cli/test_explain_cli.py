@@ -247,3 +247,19 @@ def test_a_job_that_does_not_fit_is_told_which_levers_make_it_fit():
     expected = ("the levers that make it fit: " + ", ".join(fitting) if fitting
                 else "no single lever makes it fit")
     assert "The job does not fit; " + expected in " ".join(text.split())
+
+
+def test_the_printed_set_line_holds_a_list_override_whole():
+    """A trial copied the FP8 lever's printed `set` line of the DeepSeek-V3 example and got
+    27.98 s, 67.9 GiB against the lever's 27.59 s, 50.5 GiB: rich read the list value of
+    'performance.recompute_modules=[mla_up_proj, mlp]' as a style tag and printed
+    'performance.recompute_modules='. Every word of every lever's overrides is printed."""
+    job = str(Path(EXAMPLE).parent / "deepseek_v3_h100.yaml")
+    result = runner.invoke(app, ["explain", job, "--json"])
+    assert result.exit_code == 0, result.output
+    overrides = [item for lever in json.loads(result.stdout)["levers"]
+                 for item in lever["overrides"] or ()]
+    assert any("[" in item for item in overrides)  # the case this test is about
+    text = runner.invoke(app, ["explain", job]).output
+    levers = text[text.index("Levers"):]
+    assert all(word in levers for item in overrides for word in item.split())

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
@@ -127,14 +128,16 @@ def _render_levers(diagnosis: Diagnosis) -> None:
     table.add_column("feasible?", ratio=2, overflow="fold")
     for rank, lever in enumerate(diagnosis.levers, start=1):
         predicted = math.isfinite(lever.step_time_s)
+        # plain Text, not markup: a list override ('recompute_modules=[mla_up_proj, mlp]')
+        # read as a rich style tag printed as 'recompute_modules=' (a trial's FP8 lever)
         table.add_row(
-            str(rank), lever.description + (f"\n  set {' '.join(lever.overrides)}"
-                                            if lever.overrides else ""),
+            str(rank), Text(lever.description + (f"\n  set {' '.join(lever.overrides)}"
+                                                 if lever.overrides else "")),
             f"{lever.mfu:.2%}" if predicted else "-",
             f"{lever.step_time_s:.3f}" if predicted else "-",
             f"{lever.gain:.2f}x" if predicted else "-",
             f"{lever.memory_bytes / GIB:.1f}" if predicted else "-",
-            "yes" if lever.feasible else f"no: {lever.reason}",
+            "yes" if lever.feasible else Text(f"no: {lever.reason}"),
         )
     console.print(table, width=prose_table_width(lever.description for lever in diagnosis.levers))
 
