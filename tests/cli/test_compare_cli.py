@@ -658,6 +658,27 @@ def test_two_jobs_on_two_gpu_kinds_take_a_price_each(job_b):
         assert result.exit_code == 2 and "must be one positive number, or two" in result.output
 
 
+def test_the_cost_per_token_row_is_price_x_gpus_x_step_over_tokens_per_step(job_b):
+    """A lead asked which of two jobs trains a token cheaper: the cost row is each window's
+    (1.600x for an H100 and a B200 job at 2.5 and 4 USD, 1.046x per token in the trial), so
+    the comparison carries the cost per million tokens, checked here against the perf
+    step: price x GPUs x step time / 3600 / tokens per step."""
+    doc = invoke_json("compare", str(JOB), str(job_b), "--price-per-gpu-hour", "2.5,5",
+                      "--goodput", "0.8")
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    tokens_per_step = 8192 * 8192  # appendix_e.yaml's gbs x seqlen, both sides
+    for side, path, price in (("a", JOB, 2.5), ("b", job_b, 5.0)):
+        perf = invoke_json("perf", str(path))
+        expected = (price * perf["hardware"]["devices"] * perf["step_time_s"] / 3600
+                    / tokens_per_step / 0.8 * 1e6)  # the goodput's idle time is paid for
+        assert summary["cost_per_million_tokens"][side] == pytest.approx(expected, rel=1e-9)
+    row = summary["cost_per_million_tokens"]
+    assert row["ratio_b_over_a"] == pytest.approx(row["b"] / row["a"])
+    text = " ".join(runner.invoke(app, ["compare", str(JOB), str(job_b),
+                                        "--price-per-gpu-hour", "2.5,5"]).stdout.split())
+    assert "cost per million tokens" in text
+
+
 def test_a_plan_side_says_what_its_search_lost_and_what_a_candidate_lacks():
     """A plan whose GPU count the batch does not divide lost geometries to the layout rules,
     and a ranked candidate (#N) has no coverage assessment: both said among the side's

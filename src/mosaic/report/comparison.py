@@ -64,6 +64,7 @@ SUMMARY = (  # key, label, unit for printing
     ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
     ("gpu_hours", "GPU-hours", "count"), ("price_per_gpu_hour", "price per GPU-hour", "price"),
     ("cost", "cost", "money"),
+    ("cost_per_million_tokens", "cost per million tokens", "unit_price"),
 )
 # rows of run records' measurements, shown when a side has them
 MEASURED = (("measured_step_time_s", "measured step time (s)", "s"),
@@ -94,6 +95,7 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
                      assumed: Sequence[str] = ()) -> dict[str, Any]:
     """The comparison: both sides, their input differences, figures side by side, and what
     was ``assumed`` for both because the command line left it out."""
+    a, b = _with_cost_per_token(a), _with_cost_per_token(b)
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
                 "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
                for key, _, _ in summary_rows(a, b)]
@@ -106,6 +108,17 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     memory = [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
                "b": b["memory_breakdown_bytes"].get(p, 0.0)} for p in parts]
     return _compared(a, b, currency, assumed, summary, steps, memory)
+
+
+def _with_cost_per_token(side: dict[str, Any]) -> dict[str, Any]:
+    """The side with its cost per million tokens D: cost / D x 1e6, i.e. price x GPUs x
+    step time / tokens per step over the goodput (the days' allocated GPU-hours over the
+    tokens they train; None unpriced). Two sides' costs are of their own windows and D, so
+    this is the row that says which trains a token cheaper (a lead's trial: an H100 and a
+    B200 job over one 20-day window at 2.5 and 4 USD cost 1.600x, 1.046x per token)."""
+    cost, tokens = side.get("cost"), side.get("tokens")
+    per_token = cost / tokens * 1e6 if cost is not None and tokens else None
+    return side | {"cost_per_million_tokens": per_token}
 
 
 # a side's inputs, shown in the comparison's input_differences rather than under the side
@@ -137,7 +150,8 @@ def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequ
 # how each unit of SUMMARY prints ({currency} is the comparison's); steps as perf prints them
 # (a trial: '11.7' beside '8.832')
 UNIT_FORMATS = {"share": "{value:.2%}", "money": "{value:,.0f} {currency}",
-                "price": "{value:g} {currency}", "rate": "{value:,.0f}",
+                "price": "{value:g} {currency}", "unit_price": "{value:.4g} {currency}",
+                "rate": "{value:,.0f}",
                 "loss": "{value:.4f}", "gib": "{value:.2f}", "s": "{value:.3f}"}
 
 
