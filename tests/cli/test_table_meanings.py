@@ -86,3 +86,15 @@ def test_a_cheapest_budget_past_the_plans_days_names_the_cheapest_within_them(ca
     document["window_days"] = 60.0  # the choice fits: nothing more to say
     print_cheapest(document)
     assert "within --days" not in capsys.readouterr().out
+
+
+def test_a_bracketed_value_prints_as_written_in_every_table(capsys):
+    # rich read '[mla_up_proj, mlp]' as a style tag and dropped it: explain's FP8 lever
+    # printed 'recompute_modules=' (a trial); no table of mosaic styles a cell by markup
+    from mosaic.cli.common import print_key_value_table, print_table
+
+    value = "recompute_modules=[mla_up_proj, mlp]"
+    print_key_value_table("settings", [("recipe", value)])
+    print_table("settings", ["name", "value"], [["recipe", value]])
+    out = capsys.readouterr().out
+    assert out.count("[mla_up_proj, mlp]") == 2

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mosaic.cli.stream_table import build_table, column_justify
+from mosaic.cli.stream_table import build_table, column_justify, plain_cells
 from mosaic.cli.warning_lines import one_line
 from mosaic.errors import MosaicInputError
 from mosaic.jsonable import to_jsonable
@@ -55,7 +55,7 @@ def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
     # fold, not '…': a URL or path longer than the width wraps and stays whole
     table.add_column("value", justify="left" if prose else "right", overflow="fold")
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(*plain_cells((key, value)))
     console.print(table, width=(None if console.is_terminal or "COLUMNS" in os.environ
                                 else KEY_VALUE_REDIRECTED_WIDTH))
 
@@ -71,7 +71,7 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     streamed one)."""
     table = build_table(title, columns, column_justify(columns, rows))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*plain_cells(row))
     console.print(table)
 
 

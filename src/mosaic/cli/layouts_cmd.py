@@ -35,6 +35,7 @@ from mosaic.cli.layout_options import (
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
+from mosaic.cli.stream_table import plain_cells
 from mosaic.config.job_schema import (
     JobSpec,
     apply_overrides,
@@ -158,7 +159,7 @@ def _print_compact_table(title: str, columns: list[str], rows: list[list[str]],
     for column in columns:
         table.add_column(column, justify="left" if wrap else "right", no_wrap=not wrap)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*plain_cells(row))
     console.print(table)
 
 

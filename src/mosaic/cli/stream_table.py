@@ -29,8 +29,16 @@ from collections.abc import Callable, Iterable, Sequence
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 CHUNK_ROWS = 500  # rows rendered at once; a few hundred KB of segments
+
+
+def plain_cells(row: Sequence[str]) -> list[Text]:
+    """A row's cells as plain text: rich reads '[word ...]' in a string as a style tag and
+    drops it (a trial's 'recompute_modules=[mla_up_proj, mlp]' printed as
+    'recompute_modules='), and no table of mosaic styles its cells by markup."""
+    return [cell if isinstance(cell, Text) else Text(str(cell)) for cell in row]
 
 
 # A cell that starts like a number (digits, sign, decimal point, currency); cells with no
@@ -72,19 +80,19 @@ def _layout(console: Console, title: str, columns: Sequence[str],
     layout cannot be reproduced: then the caller prints whole), each column's alignment
     (:func:`column_justify`) and the row count."""
     options = console.options
-    widest_min: list[tuple[int, str]] = [(-1, "")] * len(columns)
-    widest_max: list[tuple[int, str]] = [(-1, "")] * len(columns)
+    widest_min: list[tuple[int, Text]] = [(-1, Text())] * len(columns)
+    widest_max: list[tuple[int, Text]] = [(-1, Text())] * len(columns)
     text = [False] * len(columns)
     count = 0
     for row in rows:
         count += 1
-        for index, cell in enumerate(row):
+        for index, cell in enumerate(plain_cells(row)):
             low, high = Measurement.get(console, options, cell)
             if low > widest_min[index][0]:
                 widest_min[index] = (low, cell)
             if high > widest_max[index][0]:
                 widest_max[index] = (high, cell)
-            text[index] = text[index] or is_text_cell(cell)
+            text[index] = text[index] or is_text_cell(cell.plain)
     justify = ["left" if words else "right" for words in text]
     proxy = build_table(title, columns, justify)
     proxy.add_row(*(cell for _, cell in widest_min))
@@ -107,7 +115,7 @@ def print_table_streamed(console: Console, title: str, columns: Sequence[str],
     if widths is None or count <= chunk_rows:  # small (or unusual): rich in one piece
         table = build_table(title, columns, justify)
         for row in rows():
-            table.add_row(*row)
+            table.add_row(*plain_cells(row))
         console.print(table)
         return
     blank = [""] * len(columns)
@@ -121,7 +129,7 @@ def print_table_streamed(console: Console, title: str, columns: Sequence[str],
         if not first:
             table.add_row(*blank)
         for row in chunk:
-            table.add_row(*row)
+            table.add_row(*plain_cells(row))
         if not last:
             table.add_row(*blank)
         with console.capture() as capture:
