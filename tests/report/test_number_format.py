@@ -21,3 +21,14 @@ def test_counts_of_one_are_singular():
     """A trial read '4 nodes x 1 days' in the cheapest-budget search's refusal."""
     assert [counted(v, "day") for v in (1, 1.0, 2, 1.5, 0.5)] == [
         "1 day", "1 day", "2 days", "1.5 days", "0.5 days"]
+
+
+def test_a_compare_difference_that_rounds_to_zero_has_no_sign():
+    # a trial: both sides charged routing_imbalance alike and B - A read '-0.0000'
+    from mosaic.report.comparison import memory_rows, step_rows
+
+    document = {"breakdown_s": [{"term": "routing_imbalance", "a": 0.1, "b": 0.1 - 1e-12},
+                                {"term": "ep_all_to_all", "a": 1.0, "b": 1.25}],
+                "memory_breakdown_bytes": [{"part": "weights", "a": 2**30, "b": 2**30 - 1}]}
+    assert [row[3] for row in step_rows(document)] == ["0.0000", "+0.2500"]
+    assert memory_rows(document)[0][3] == "0.00"

@@ -355,16 +355,23 @@ def compared_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
             ("B memory per GPU", b.get("memory_fit") or "-")]
 
 
+def _signed(value: float, digits: int) -> str:
+    """``value`` with its sign, but a difference that rounds to zero as 0 (a trial's
+    compare printed '-0.0000' for a term both sides charge alike)."""
+    text = f"{value:+.{digits}f}"
+    return f"{0:.{digits}f}" if float(text) == 0 else text
+
+
 def step_rows(document: dict[str, Any]) -> list[list[str]]:
     """Step-time terms either side charges: term, A, B and B - A in seconds."""
-    return [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
+    return [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", _signed(r["b"] - r["a"], 4)]
             for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
 
 
 def memory_rows(document: dict[str, Any]) -> list[list[str]]:
     """Memory components: part, A, B and B - A in GiB per GPU."""
     return [[r["part"], f"{r['a'] / GIB:.2f}", f"{r['b'] / GIB:.2f}",
-             f"{(r['b'] - r['a']) / GIB:+.2f}"] for r in document["memory_breakdown_bytes"]]
+             _signed((r["b"] - r["a"]) / GIB, 2)] for r in document["memory_breakdown_bytes"]]
 
 
 def difference_rows(document: dict[str, Any]) -> list[list[str]]:
