@@ -336,7 +336,10 @@ def test_the_model_flops_pick_shows_where_it_is_the_optimum(reports, offline_dri
         "  return [b.left, b.top, b.right, b.bottom, p.data[i].x[0], p.data[i].y[0]]; }"
         "return [box('diamond'), box('star')];")
     diamond, star = boxes
-    assert diamond[4:] == star[4:], "the case drawn here: the pick is the optimum"
+    # the pick's loss is the law at D = C_model / (6 N_act), the optimum's at its own D: the
+    # same tokens up to rounding, so the same point to a few ulp
+    assert diamond[4:] == pytest.approx(star[4:], rel=1e-12), \
+        "the case drawn here: the pick is the optimum"
     assert diamond[0] < star[0] and diamond[2] > star[2], boxes
     assert browser.console_errors(driver) == []
 

@@ -124,8 +124,14 @@ def compare_model_flops(
         prescribed = c_model_flops / (FLOPS_PER_PARAM_TOKEN * grid.n_active[flops_row])
         delivered = min(prescribed, float(result.budget_tokens[flops_row]),
                         result.space.tpp_max * float(grid.n_active[flops_row]))
-        hw_loss = law.predict(grid.n_total[flops_row], result.space.law_tokens(delivered),
-                              grid.sparsity[flops_row], grid.split_factor[flops_row])
+        if result.feasible[flops_row] and delivered == float(result.tokens[flops_row]):
+            # the table's own D: its loss, not the law again in another order of operations
+            # (a pick that is the optimum was drawn a few ulp off the optimum's star)
+            hw_loss = float(result.loss[flops_row])
+        else:
+            hw_loss = law.predict(grid.n_total[flops_row],
+                                  result.space.law_tokens(delivered),
+                                  grid.sparsity[flops_row], grid.split_factor[flops_row])
         gap = float(hw_loss - result.loss[cluster_row])
     s_max = min(float(grid.sparsity[rows].max()), LAW_SPARSITY_SUPPORT_MAX)
     s_range = (min(result.space.s_min, s_max), s_max)
