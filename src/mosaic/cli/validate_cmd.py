@@ -13,7 +13,6 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 import yaml
-from rich.markup import escape
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
@@ -586,7 +585,7 @@ def calibrate(
         for row in constant_rows(name, entry["value"]))
     print_key_value_table(
         f"Calibration written to {out} (starting values from '{start.name}')",
-        [(escape(key), value if started.get(key, value) == value  # [..] is not rich markup
+        [(key, value if started.get(key, value) == value  # tables print plain text
           else f"{started[key]} -> {value}")
          for name, entry in constants.items()
          for key, value in constant_rows(name, entry["value"])],
