@@ -867,3 +867,21 @@ def test_a_plan_side_prints_an_outside_value_as_the_plan_does():
     (degree,) = _plan_caveats({"envelope": {}}, {"coverage": {"outside": [
         {"dimension": "ep", "value": 128, "calibrated": "8..64", "ratio": 2.0}]}})
     assert degree == "outside the calibrated envelope: ep 128 not in 8..64"
+
+
+def test_recipe_settings_neither_job_states_are_listed_where_they_differ(tmp_path):
+    # a lead's trial: the same DeepSeek-V3 job on DGX-H100 and DGX-B200 under one release
+    # listed only hardware.system, though the B200 recipe also overlapped the DP collectives
+    # and recomputed fewer modules (perf shows both in its assumptions)
+    from mosaic.report.comparison import input_differences
+
+    stated = {"hardware.system": "DGX-H100"}
+    other = {"hardware.system": "DGX-B200"}
+    a_resolved = {**stated, "performance.dp_comm_overlap": False, "parallelism.dp": 32,
+                  "performance.recompute_modules": ["mla_up_proj", "mlp"]}
+    b_resolved = {**other, "performance.dp_comm_overlap": True, "parallelism.dp": 64,
+                  "performance.recompute_modules": ["mla_up_proj", "mlp"]}
+    rows = input_differences(stated, other, a_resolved, b_resolved)
+    assert [row["field"] for row in rows] == ["hardware.system", "performance.dp_comm_overlap"]
+    assert rows[1] == {"field": "performance.dp_comm_overlap", "a": False, "b": True,
+                       "a_stated": False, "b_stated": False}

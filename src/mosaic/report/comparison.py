@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mosaic.arch.counts import sparsity as arch_sparsity
+from mosaic.config.recipes import RecipeSettings
 from mosaic.report.plan_report import layout_line
 from mosaic.units import GIB
 
@@ -23,14 +24,20 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
+# The job fields a stack's recipe may set (mosaic.config.recipes.RecipeSettings; its
+# recompute is the job's checkpointing)
+RECIPE_FIELDS = frozenset({*RecipeSettings.model_fields, "checkpointing"})
+
+
 # --- Both sides --------------------------------------------------------------------------------
 def input_differences(a: dict[str, Any], b: dict[str, Any],
                       a_resolved: dict[str, Any] | None = None,
                       b_resolved: dict[str, Any] | None = None,
                       a_from: dict[str, str] | None = None,
                       b_from: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every input field whose value differs. A field one side does not state takes that
-    side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
+    """Every input field whose value differs, and every recipe setting neither side states
+    whose resolved values differ (both ``*_stated`` false). A field one side does not state takes
+    that side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
     so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
     says which side's value is resolved (``a_stated``/``b_stated`` false) and, where the
     command line gave it (``*_from``: field -> option, e.g. training.goodput -> --goodput),
@@ -48,6 +55,18 @@ def input_differences(a: dict[str, Any], b: dict[str, Any],
                 if key not in stated and key in (origins or {}):
                     row[f"{side}_from"] = (origins or {})[key]
         rows.append(row)
+    # what neither file states but the two run with differently: a recipe setting of one
+    # release that differs by GPU (a lead's H100 / B200 pair listed only hardware.system,
+    # while the B200 recipe also overlapped the DP collectives and recomputed less); other
+    # unstated fields differ as consequences of stated ones (dp of another pp) and are not
+    # listed
+    if a_resolved is not None and b_resolved is not None:
+        for key in dict.fromkeys([*a_resolved, *b_resolved]):
+            if (key in a or key in b or a_resolved.get(key) == b_resolved.get(key)
+                    or key.rpartition(".")[2] not in RECIPE_FIELDS):
+                continue
+            rows.append({"field": key, "a": a_resolved.get(key), "b": b_resolved.get(key),
+                         "a_stated": False, "b_stated": False})
     return rows
 
 
