@@ -834,3 +834,17 @@ def test_a_tp_lever_moving_the_expert_tp_to_one_the_stack_does_not_offer_breaks_
     assert not doubled.feasible
     assert "etp: stack 'nemo-automodel' offers only etp 1" in doubled.reason
     assert math.isfinite(halved.step_time_s)
+
+
+def test_a_deeper_pipeline_lever_keeps_the_chunk_count_of_an_interleaved_job():
+    """DeepSeek-V3 on its recipe's 8x4 layout (32 chunks of 61 blocks): the pp-doubling
+    lever asked for 16x4, 64 chunks of 61 blocks, and was refused by the split rule (a
+    review); it now moves to 16x2, the same 32 chunks, and its overrides reproduce it."""
+    example = EXAMPLES / "deepseek_v3_h100.yaml"
+    diagnosis = diagnose(job(example), CALIBRATION)
+    deeper = [lever for lever in diagnosis.levers if "pp 8 -> 16" in lever.description]
+    assert len(deeper) == 1 and "vpp 4 -> 2" in deeper[0].description
+    lever = deeper[0]
+    assert math.isfinite(lever.step_time_s) and "must divide" not in (lever.reason or "")
+    again = job(example, *lever.overrides)
+    assert float(again.prediction.step_time_s[0]) == pytest.approx(lever.step_time_s, rel=1e-9)
