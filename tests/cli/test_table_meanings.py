@@ -98,3 +98,29 @@ def test_a_bracketed_value_prints_as_written_in_every_table(capsys):
     print_table("settings", ["name", "value"], [["recipe", value]])
     out = capsys.readouterr().out
     assert out.count("[mla_up_proj, mlp]") == 2
+
+
+def test_the_within_days_row_says_what_to_change_and_how_long_a_capped_run_trains(capsys):
+    # trials: --days 2 --cheapest-days 20,40 was told to add nodes, where no window as short
+    # as 2 days had been evaluated; and a budget within --days 6 read '1 nodes x 6.804 days'
+    # for a run that stops at tpp_max after 5.86
+    from mosaic.cli.plan_render import print_cheapest
+
+    optimum = {"q": 4, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7373}
+    choice = {"nodes": 1, "days": 27.22, "train_days": 27.22, "gpu_hours": 5225.0,
+              "cost_usd": None, "loss": 1.6492, "optimum": optimum}
+    longer = {"nodes": 2, "days": 20.0, "train_days": 20.0, "gpu_hours": 7680.0,
+              "cost_usd": None, "loss": 1.6213, "optimum": optimum}
+    document = {"target_loss": 1.65, "choice": choice, "window_days": 2.0,
+                "options": [choice, longer]}
+    print_cheapest(document)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no budget evaluated trains within them (--cheapest-days with windows up to 2" in out
+    assert "--cheapest-nodes" not in out
+    capped = {"nodes": 2, "days": 6.804, "train_days": 5.862, "gpu_hours": 2251.0,
+              "cost_usd": None, "loss": 1.8021, "optimum": optimum}
+    document.update(window_days=6.0, choice_within_window=capped,
+                    options=[choice, capped])
+    print_cheapest(document)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 nodes × 6.804 days (5.86 days trained), loss 1.8021" in out

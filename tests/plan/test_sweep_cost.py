@@ -305,3 +305,31 @@ def test_a_choice_longer_than_the_plans_window_names_the_cheapest_within_it(
                     if o.loss is not None and o.loss <= target and o.days <= 2.0]
         assert within is reaching[0] and within.days <= 2.0
         assert within.cost.gpu_hours >= choice.cost.gpu_hours
+
+
+def test_a_choice_whose_run_stops_within_the_plans_days_fits_them(one_node, law,
+                                                                 calibration):
+    # a trial: --days 6 chose 1 node x a 6.3-day window whose run stops at tpp_max after
+    # 5.86 days, and said 'within --days 6: no budget evaluated reaches the target'
+    from mosaic.report.plan_report import cheapest_document, cheapest_within_window_row
+
+    space = SearchSpace(q=(4,), experts=(8,), top_k=(1,), split_factor=(1,), s_min=0.5)
+    probe = cheapest_plan(one_node, space, law, calibration, target_loss=1.803, nodes=[1],
+                          days=[2, 4, 8], workers=1)
+    capped = [o for o in probe.options if o.loss is not None and o.cost.ends_early]
+    target = max(o.loss for o in capped)  # only the runs that stop at the cap reach it
+    first = min(capped, key=lambda o: o.days)
+    trained = first.cost.train_days
+    assert trained < first.days
+    window = one_node.with_budget(days=0.5 * (trained + first.days))
+    # 2 nodes reach the target within the window too, at a higher cost
+    cheapest = cheapest_plan(window, space, law, calibration, target_loss=target,
+                             nodes=[1, 2], days=[2, 4, 8], workers=1)
+    choice = cheapest.choice
+    assert choice is not None and choice.n_nodes == 1 and choice.days > window.days
+    assert choice.cost.train_days <= window.days  # it trains within the window
+    assert any(o.n_nodes == 2 and o.days <= window.days and o.loss <= target
+               for o in cheapest.options)
+    assert cheapest.choice_within_window is None
+    assert cheapest_within_window_row(cheapest_document(cheapest)) is None
+

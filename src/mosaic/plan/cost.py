@@ -301,7 +301,10 @@ def cheapest_plan(
                                 o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
     choice = reaching[0] if reaching else None
-    within = [o for o in reaching if o.days <= envelope.days]
-    longer = choice is not None and choice.days > envelope.days
+    # within the window by the days a run trains: one whose D is held at tpp_max stops
+    # before its window ends (a trial's 6.3-day window trained 5.86 days, and --days 6 was
+    # told that no budget evaluated reached the target within them)
+    within = [o for o in reaching if o.cost.train_days <= envelope.days]
+    longer = choice is not None and choice.cost.train_days > envelope.days
     return CheapestPlan(float(target_loss), tuple(options), choice, envelope.days,
                         within[0] if longer and within else None)
