@@ -124,3 +124,19 @@ def test_the_within_days_row_says_what_to_change_and_how_long_a_capped_run_train
     print_cheapest(document)
     out = " ".join(capsys.readouterr().out.split())
     assert "2 nodes × 6.804 days (5.86 days trained), loss 1.8021" in out
+
+
+def test_the_within_days_row_calls_costs_equal_but_for_rounding_the_same(capsys):
+    from mosaic.cli.plan_render import print_cheapest
+
+    optimum = {"q": 6, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7435}
+    # a trial's 1 node x 27.22 days and 2 nodes x 13.61 days: the same GPU-days, the last
+    # bit of their GPU-hours apart
+    choice = {"nodes": 1, "days": 27.2158, "gpu_hours": 5225.433600669608,
+              "cost_usd": None, "loss": 1.6492, "optimum": optimum}
+    within = {"nodes": 2, "days": 13.6079, "gpu_hours": 5225.433600669607,
+              "cost_usd": None, "loss": 1.6494, "optimum": optimum}
+    print_cheapest({"target_loss": 1.65, "choice": choice, "window_days": 20.0,
+                    "choice_within_window": within, "options": [choice, within]})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 nodes × 13.61 days, loss 1.6494, 5,225 GPU-hours (the same cost)" in out

@@ -12,7 +12,7 @@ from mosaic.plan import (
     sweep_days,
     sweep_nodes,
 )
-from mosaic.plan.cost import check_target_reachable
+from mosaic.plan.cost import check_target_reachable, same_cost_key
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.sweep import optimum_losses
 
@@ -51,7 +51,7 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
         run_cost(one_node, -1.0)
     cheapest = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.8,
                              nodes=[1, 2], days=[1, 2, 4], workers=1)
-    hours = [o.cost.gpu_hours for o in cheapest.options]
+    hours = [same_cost_key(o.cost.gpu_hours) for o in cheapest.options]  # to rounding
     assert hours == sorted(hours)
     reaching = [o for o in cheapest.options if o.loss is not None and o.loss <= 1.8]
     assert cheapest.choice is reaching[0]
@@ -333,3 +333,17 @@ def test_a_choice_whose_run_stops_within_the_plans_days_fits_them(one_node, law,
     assert cheapest.choice_within_window is None
     assert cheapest_within_window_row(cheapest_document(cheapest)) is None
 
+
+def test_budgets_of_equal_cost_but_for_rounding_are_ordered_by_loss(one_node, law,
+                                                                    calibration):
+    # a trial: 2 nodes x 13.61 days (loss 1.6494) was chosen over 1 node x 27.22 days (loss
+    # 1.6492), both 5,225 GPU-hours; their GPU-hours differed in the last bit, 2 nodes' lower
+    space = SearchSpace(q=(4, 6), experts=(8,), top_k=(1,), split_factor=(1,), s_min=0.5)
+    cheapest = cheapest_plan(one_node, space, law, calibration, target_loss=1.66,
+                             nodes=[1, 2], days=[8, 16], workers=1)
+    pairs = [(a, b) for a, b in zip(cheapest.options, cheapest.options[1:], strict=False)
+             if a.cost.gpu_hours == pytest.approx(b.cost.gpu_hours, rel=1e-9)]
+    assert any(a.cost.gpu_hours != b.cost.gpu_hours for a, b in pairs)  # the case is here
+    for first, second in pairs:
+        if first.loss is not None and second.loss is not None:
+            assert first.loss <= second.loss

@@ -198,6 +198,12 @@ def _windows_below_reach(results: Sequence[PlanResult], target_loss: float,
     return below
 
 
+def same_cost_key(gpu_hours: float) -> float:
+    """GPU-hours to 9 significant digits: budgets of equal cost but for float rounding (the
+    same GPU-days split over other node counts and windows) compare equal."""
+    return float(f"{gpu_hours:.9g}")
+
+
 @dataclass(frozen=True)
 class CheapestPlan:
     """Every budget evaluated (cheapest first) and the cheapest that reaches the target."""
@@ -297,8 +303,10 @@ def cheapest_plan(
                     for r in results]
     # equal GPU-hours cost the same: the lower loss first, then the shorter window (windows
     # whose optimum stops early at the same tpp_max cap cost alike: the shortest is named)
-    options.sort(key=lambda o: (o.cost.gpu_hours, math.inf if o.loss is None else o.loss,
-                                o.days, o.n_nodes))
+    # (GPU-hours to 9 significant digits: n nodes x d days and 2n x d/2 differ in the last
+    # bit, and a trial chose 2 nodes x 13.61 days at loss 1.6494 over 1 x 27.22 at 1.6492)
+    options.sort(key=lambda o: (same_cost_key(o.cost.gpu_hours),
+                                math.inf if o.loss is None else o.loss, o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
     choice = reaching[0] if reaching else None
     # within the window by the days a run trains: one whose D is held at tpp_max stops

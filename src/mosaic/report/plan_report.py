@@ -12,7 +12,7 @@ import numpy as np
 from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_VOCAB
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
-from mosaic.plan.cost import CheapestPlan, RunCost, plan_cost
+from mosaic.plan.cost import CheapestPlan, RunCost, plan_cost, same_cost_key
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import NO_DIVIDING_LAYOUT, PlanResult
 from mosaic.plan.sweep import SweepPoint
@@ -345,7 +345,8 @@ def cheapest_within_window_row(cheapest: Mapping[str, Any]) -> tuple[str, str] |
         return label, "no budget evaluated reaches the target (more nodes: --cheapest-nodes)"
     spent = (f"{within['cost_usd']:,.0f} USD" if within.get("cost_usd") is not None
              else f"{within['gpu_hours']:,.0f} GPU-hours")
-    same = " (the same cost)" if within["gpu_hours"] == choice["gpu_hours"] else ""
+    same = (" (the same cost)" if same_cost_key(within["gpu_hours"])
+            == same_cost_key(choice["gpu_hours"]) else "")
     trained = _trained_days(within)
     stops = "" if trained >= within["days"] else f" ({trained:.3g} days trained)"
     return label, (f"{within['nodes']} nodes × {within['days']:.4g} days{stops}, loss "
