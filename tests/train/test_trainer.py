@@ -954,3 +954,20 @@ def test_a_folder_another_process_trains_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     assert train(config, tmp_path).complete  # the lock died with its holder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_lock_path_that_is_not_a_file_is_named(tmp_path, kind):
+    """A FIFO left at DIR/.train.lock stopped `mosaic train` with 'internal error (OSError:
+    [Errno 22] Invalid argument)' (a trial); it, or a folder there, is refused by name."""
+    import os
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    lock = tmp_path / ".train.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    with pytest.raises(MosaicInputError, match=r"\.train\.lock: .*not a regular file"):
+        train(config, tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -14,6 +14,7 @@ killed one leaves it, unlocked), and a taker that locked a file so removed tries
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,10 +32,21 @@ except ImportError:  # pragma: no cover - no such platform in CI
     fcntl = None  # type: ignore[assignment]
 
 
+def _not_a_file(path: Path, what: str) -> str:
+    return (f"{path}: {what}, not a regular file; the trainer keeps its lock there: remove "
+            "it and rerun")
+
+
 def _try_lock(path: Path) -> tuple[int | None, str]:
     """(the open descriptor holding the lock, "") or (None, the holder's pid as written)."""
     while True:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # (non-blocking: a FIFO there would wait for a writer)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except IsADirectoryError:
+            raise MosaicInputError(_not_a_file(path, "a directory")) from None
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # a FIFO: 'internal error
+            os.close(descriptor)  # (OSError: [Errno 22] Invalid argument)' (a trial)
+            raise MosaicInputError(_not_a_file(path, "a FIFO, socket or device"))
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
