@@ -110,3 +110,23 @@ def test_a_cuda_device_without_cuda_and_disjoint_bench_folders_are_input_errors(
             folder / "gemm.csv", index=False)
     with pytest.raises(MosaicInputError, match="no measured case in common"):
         compare(tmp_path / "a", tmp_path / "b")
+
+
+def test_disjoint_bench_folders_say_what_each_measured(tmp_path):
+    # a trial compared a gemm-only folder with a kernels-only one and read only 'no measured
+    # case in common', where one family on each side makes the comparison empty
+    import pandas as pd
+
+    from mosaic.bench.compare import compare
+    from mosaic.errors import MosaicInputError
+
+    for name, family, cases in (("a", "gemm", ["128x128x128", "256x256x256"]),
+                                ("b", "kernels", ["rmsnorm 4096"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"case": cases, "time_s": [1e-3] * len(cases),
+                      "metadata_id": ["m"] * len(cases)}).to_csv(
+            folder / f"{family}.csv", index=False)
+    with pytest.raises(MosaicInputError, match=r"no measured case in common \(gemm: 2 only "
+                       r"in .*a; kernels: 1 only in .*b\)"):
+        compare(tmp_path / "a", tmp_path / "b")

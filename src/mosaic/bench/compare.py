@@ -73,7 +73,8 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         joined.insert(0, "family", family)
         matched.append(joined)
     if not matched:
-        raise MosaicInputError(f"{dir_a} and {dir_b} have no measured case in common")
+        raise MosaicInputError(f"{dir_a} and {dir_b} have no measured case in common ("
+                               + "; ".join(unmatched) + ")")
     if unmatched:
         warnings.warn("cases measured in one directory only are left out of the ratios ("
                       + "; ".join(unmatched) + ")", MosaicWarning, stacklevel=2)
