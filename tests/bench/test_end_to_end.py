@@ -210,6 +210,24 @@ def test_the_cpu_smoke_script_measures_on_one_thread(tmp_path):
     assert [run["torch_threads"] for run in runs.values()] == [1], runs
 
 
+def test_a_cpu_run_without_gemms_is_told_to_measure_its_own_peak(tmp_path):
+    """A CPU folder with the kernels family alone was told to measure 'a bf16 gemm peak
+    sweep (`mosaic bench gemm --dtypes bf16`)': ~50x slower on a CPU than the fp32 sweep
+    `bench gemm` measures there by default, which is the one a CPU is referenced to; and
+    to 'give --device NAME', which refuses a CPU's tables."""
+    out = tmp_path / "cpu"
+    run([*BENCH, "kernels", "--out", str(out), "--preset", "tiny", "--quick", "--no-progress",
+         "--device", "cpu", "--threads", "1"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([*MOSAIC, "calibrate", "--microbench", str(out), "--out",
+                           str(tmp_path / "cpu.yaml")], capture_output=True, text=True,
+                          env=env, timeout=240, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "a gemm peak sweep (`mosaic bench gemm`" in done.stderr
+    assert "bf16" not in done.stderr
+    assert "--device" not in done.stderr  # it names a GPU: a CPU's tables are refused there
+
+
 def test_a_cpu_dry_run_lists_the_cases_the_run_would_skip():
     """FP8 and MXFP8 GEMMs need a GPU: on a CPU the dry run lists them as skipped, with the
     reason the run gives (a trial's dry run listed them "to measure"); bf16 is measured."""

@@ -291,8 +291,8 @@ def test_a_cpu_profile_keeps_the_base_envelope_and_lists_every_fitted_constant(t
     document = json.loads((directory / "metadata.json").read_text())
     document["runs"]["synthetic01"] |= {"device_name": "cpu:x86_64", "sm_count": 1}
     (directory / "metadata.json").write_text(json.dumps(document))
-    with pytest.raises(MosaicInputError, match=r"measure a bf16 gemm peak sweep \(`mosaic "
-                       r"bench gemm --dtypes bf16`\) so"):
+    with pytest.raises(MosaicInputError, match=r"catalog: measure a gemm peak sweep \(`mosaic "
+                       r"bench gemm`, fp32 on a CPU\) so"):
         calibrate_from_microbench(directory, default_calibration())
     gemm = pd.read_parquet(directory / "gemm.parquet")
     square = gemm[(gemm["m"] == gemm["n"]) & (gemm["n"] == gemm["k"])].assign(**{"pass": "peak"})

@@ -210,12 +210,19 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
                  if not streams.empty and "bandwidth_bytes_per_s" in streams else None)
     if peak is None or bandwidth is None or not np.isfinite(bandwidth):
         # name what is missing: a trial's fp32 sweep was there, the bf16 one was not
+        # (a CPU is referenced to the fp32 sweep `bench gemm` measures there by default;
+        # told to measure bf16, it ran ~50x slower for a reference it does not need)
+        sweep = ("a gemm peak sweep (`mosaic bench gemm`, fp32 on a CPU)"
+                 if measured_on_cpu(metadata) else
+                 "a bf16 gemm peak sweep (`mosaic bench gemm --dtypes bf16`)")
         missing = [what for what, absent in (
-            ("a bf16 gemm peak sweep (`mosaic bench gemm --dtypes bf16`)", peak is None),
+            (sweep, peak is None),
             ("the kernels family's streaming rows (`mosaic bench kernels`)",
              bandwidth is None or not np.isfinite(bandwidth))) if absent]
+        # (--device names a GPU the tables were measured on: a CPU's are refused under it)
+        either = "" if measured_on_cpu(metadata) else "give --device NAME, or "
         raise MosaicInputError(
-            f"device {measured_name!r} is not in the catalog: give --device NAME, or measure "
+            f"device {measured_name!r} is not in the catalog: {either}measure "
             f"{' and '.join(missing)} so the measured rates can serve as the reference")
     return Reference(DeviceRates(peak, bandwidth, 1), measured_name, False,
                      f"measured reference rates of {measured_name} (achievable {dtype} peak "
