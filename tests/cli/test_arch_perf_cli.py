@@ -426,3 +426,21 @@ def test_perf_names_the_model_its_counts_and_its_mtp_modules():
     text = CliRunner().invoke(app, ["perf", str(EXAMPLES / "deepseek_v3_h100.yaml")]).stdout
     assert "DeepSeek-V3: 671.03 B parameters (669.17 B non-embedding" in text
     assert "1 MTP module" in " ".join(text.split())
+
+
+def test_arch_reads_a_model_file_from_a_pipe_once():
+    # a trial: `mosaic arch --config <(cat model.yaml)` said 'file is empty': the job's
+    # seq_len was read from the stream first, and the geometry loader found nothing left
+    import os
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    for name in ("q12_moe.yaml", "hf/mixtral-8x7b.json"):
+        read_end, write_end = os.pipe()
+        os.write(write_end, (examples / name).read_bytes())
+        os.close(write_end)
+        try:
+            result = runner.invoke(app, ["arch", "--config", f"/dev/fd/{read_end}", "--json"])
+        finally:
+            os.close(read_end)
+        assert result.exit_code == 0, (name, result.output)
+        assert json.loads(result.stdout)["n_total"] > 0

@@ -179,7 +179,8 @@ DEFAULT_SEQ_LEN = 2048  # the paper's ladder context (Appendix A.1)
 def _file_seq_len(config: Path | None) -> int | None:
     """The sequence length a job file states (``batch.seq_len`` in any accepted spelling),
     for its attention FLOPs; None for a HF config or a file without one."""
-    if config is None or is_hf_config_file(config):
+    if config is None or is_hf_config_file(config) or not Path(config).is_file():
+        # a pipe or FIFO (`--config <(...)`) can be read once: the geometry loader's
         return None
     from mosaic.config.job_schema import canonical_job_document
 
