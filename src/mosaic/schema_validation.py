@@ -475,10 +475,11 @@ def path_exists(path: str | Path) -> bool:
         return False
 
 
-def load_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file whose top level is a mapping; clear errors otherwise."""
+def load_yaml_mapping(path: Path, max_bytes: int = MAX_FILE_BYTES) -> dict[str, Any]:
+    """Read a YAML file whose top level is a mapping (refused unread over ``max_bytes``);
+    clear errors otherwise."""
     path = Path(path)
-    text = read_text(path, "YAML file")
+    text = read_text(path, "YAML file", max_bytes=max_bytes)
     data = parse_yaml(text, str(path))
     if data is None:
         raise MosaicInputError(f"{path}: file is empty" if not text.strip() else

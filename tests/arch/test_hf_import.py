@@ -195,6 +195,12 @@ def test_a_config_json_of_many_megabytes_is_refused_before_it_is_read(tmp_path):
         handle.truncate(17 * 2**20)
     with pytest.raises(MosaicInputError, match=r"config\.json is 17,825,792 bytes; the limit"):
         load_hf_config(path)
+    # the same file under another name, read as a model file of any kind (a trial)
+    from mosaic.config.model_file import load_model_file
+
+    other = path.rename(tmp_path / "config_without_suffix")
+    with pytest.raises(MosaicInputError, match=r"is 17,825,792 bytes; the limit is 16,777,216"):
+        load_model_file(other)
 
 
 def test_a_repeated_key_and_a_layer_index_past_the_model_are_refused(tmp_path):

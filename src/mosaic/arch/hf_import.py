@@ -1268,8 +1268,9 @@ def _granite_moe_hybrid(fields: ConfigFields) -> Geometry:
         raise MosaicInputError(f"{where}: {error}") from None
 
 
-# A model's config.json is kilobytes; one this large is another file, refused before it is
-# read (a fuzz case's 242 MiB of nested lists took 20 s to parse before its error).
+# A model's config.json (or a mosaic model file) is kilobytes; one this large is another
+# file, refused before it is read (a fuzz case's 242 MiB of nested lists took 20 s to parse
+# before its error).
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from mosaic.arch import Geometry
-from mosaic.arch.hf_import import geometry_from_hf_config, is_hf_config_file, load_hf_config
+from mosaic.arch.hf_import import (
+    MAX_HF_CONFIG_BYTES,
+    geometry_from_hf_config,
+    is_hf_config_file,
+    load_hf_config,
+)
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import load_yaml_mapping
@@ -26,7 +31,8 @@ def load_model_file(path: Path) -> Geometry:
         path = inside
     if is_hf_config_file(path):
         return load_hf_config(path)
-    document = load_yaml_mapping(path)  # YAML reads JSON too
+    # YAML reads JSON too; a model file of any name is kilobytes, bounded as a config.json
+    document = load_yaml_mapping(path, max_bytes=MAX_HF_CONFIG_BYTES)
     if "model_type" in document and "model" not in document:
         return geometry_from_hf_config(document, str(path))
     return geometry_from_document(document, str(path))
