@@ -540,6 +540,11 @@ def test_the_set_a_message_names_most_fully_is_blamed():
     product = MosaicInputError("job.yaml: 1024 devices are not a multiple of tp·pp·cp=24")
     for override in ("parallelism.tp=3", "parallelism.pp=8"):
         assert str(blame_override(product, [override])).endswith(f"(from --set {override})")
+    # the layout rules name the batch fields micro_batch and global_batch (a trial)
+    batch = MosaicInputError("job.yaml: invalid parallel layout: dp·micro_batch=32·3 must "
+                             "divide global_batch=8192")
+    for override in ("batch.micro_seqs=3", "batch.global_seqs=1000", "data.gbs=1000"):
+        assert str(blame_override(batch, [override])).endswith(f"(from --set {override})")
     step = MosaicInputError("job.yaml: the step is 3 s")  # 'ep' inside a word is no match
     assert str(blame_override(step, ["parallelism.ep=3"])) == str(step)
 

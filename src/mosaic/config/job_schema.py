@@ -1297,7 +1297,15 @@ def _override_rank(path: str, message: str) -> tuple[int, int]:
     the schema's messages name (a fuzz trial: '--set data.global_batch=-1' is refused as
     'batch: global_seqs: ...', which named no override)."""
     canonical, _ = canonical_path(tuple(path.split(".")), JOB_RULES, set())
-    return max(_named_depth(path, message), _named_depth(".".join(canonical), message))
+    ranks = [_named_depth(path, message), _named_depth(".".join(canonical), message)]
+    if canonical and canonical[-1] in _LAYOUT_RULE_NAMES:  # the layout rules' own names
+        ranks.append(_named_depth(_LAYOUT_RULE_NAMES[canonical[-1]], message))
+    return max(ranks)
+
+
+# The names the layout rules (perf/constraints.py) give batch fields: 'dp·micro_batch=32·3
+# must divide global_batch=8192' named no --set batch.micro_seqs=3 (a trial)
+_LAYOUT_RULE_NAMES = {"micro_seqs": "micro_batch", "global_seqs": "global_batch"}
 
 
 def _named_depth(path: str, message: str) -> tuple[int, int]:
