@@ -128,6 +128,34 @@ def test_groups_measured_unlike_the_job_places_them_are_named():
         _warn_unformed_job_groups(cases, options, 4)
 
 
+def test_pairs_only_ops_with_no_pair_layout_are_refused():
+    """`--ops send_recv` measures pairs only: on a job of 4-rank groups there was nothing to
+    measure, and the unformed-groups warning stopped the run with 'ValueError: min() arg is
+    an empty sequence' (under torchrun on rank 0 alone). It is one line naming the op."""
+    with pytest.raises(MosaicInputError, match=r"--ops send_recv measures groups of 2 ranks "
+                                               r"only.*groups of 4 ranks"):
+        collectives.build_cases(4, 4, 1024, 4096, ops=("send_recv",), placements=((4, 4),))
+
+
+def test_groups_that_the_ops_do_not_measure_are_not_blamed_on_the_world(paper_shapes):
+    """With `--ops send_recv` (pairs only) on 8 ranks of one node, the warning said the
+    Appendix E job's groups of 4, 8 and 32 ranks "cannot be laid out" on them: they are
+    left out by --ops, not by the world; only the pairs of 1 rank per domain are the
+    world's (all 8 ranks share one domain)."""
+    from mosaic.bench.run import CollectiveOptions, _warn_unformed_job_groups
+    from mosaic.errors import MosaicWarning
+
+    placements = tuple(sorted({(u.group_size, u.ranks_per_domain)
+                               for u in paper_shapes.collective_uses}))
+    options = CollectiveOptions(placements=placements, ops=("send_recv",))
+    cases = collectives.build_cases(8, 8, 1024, 1024, ops=options.ops, placements=placements)
+    with pytest.warns(MosaicWarning) as caught:
+        _warn_unformed_job_groups(cases, options, 8)
+    text = str(caught[0].message)
+    assert text.startswith("the job's groups of 2 ranks with 1 per domain cannot be laid out "
+                           "on the 8 ranks"), text
+
+
 def test_backward_gemm_shapes_and_dedup():
     assert gemm.passes(10, 20, 30) == (("fwd", 10, 20, 30), ("dgrad", 10, 30, 20),
                                         ("wgrad", 30, 20, 10))

@@ -38,6 +38,13 @@ from mosaic.errors import MosaicInputError
 FAMILY = "collectives"
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_uneven",
        "send_recv")
+PAIR_OPS = frozenset({"send_recv"})  # point-to-point: measured on groups of 2 ranks only
+
+
+def pairs_only(ops: Sequence[str]) -> bool:
+    """True where every op of ``ops`` is point-to-point (:data:`PAIR_OPS`): the sweep then
+    measures groups of 2 ranks and no other size."""
+    return set(ops) <= PAIR_OPS
 KIB = 1024
 
 
@@ -137,7 +144,7 @@ def build_cases(world_size: int, local_size: int, min_bytes: int, max_bytes: int
         placement = group_placement(layout.group_size, layout.stride, domain)
         scope = "intra" if bool(placement.inside_domain) else "inter"
         for op in ops:
-            if op == "send_recv" and layout.group_size != 2:
+            if op in PAIR_OPS and layout.group_size != 2:
                 continue  # point-to-point: pairs only
             for size in message_sizes(min_bytes, max_bytes, factor):
                 key = f"{op}:n{layout.group_size}s{layout.stride}:{size}"
@@ -148,6 +155,13 @@ def build_cases(world_size: int, local_size: int, min_bytes: int, max_bytes: int
                     "message_bytes": size, "scope": scope,
                     "ranks_per_domain": int(placement.ranks_per_domain),
                     "world_size": world_size}))
+    if not cases:  # pairs-only ops and no pair among the layouts (the unformed-groups
+        # warning then stopped on 'min() arg is an empty sequence', a review)
+        sizes = ", ".join(str(size) for size in sorted({lay.group_size for lay in candidates}))
+        raise MosaicInputError(
+            f"--ops {','.join(ops)} measures groups of 2 ranks only, and this run's layouts "
+            f"are groups of {sizes} ranks, so nothing would be measured: add another op to "
+            "--ops, or give --group-sizes 2")
     return cases
 
 
