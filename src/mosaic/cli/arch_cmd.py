@@ -23,7 +23,7 @@ from mosaic.arch import (
     model_flops_per_token,
     ssd_scan_flops_per_token,
 )
-from mosaic.arch.hf_import import is_hf_config_file
+from mosaic.arch.hf_import import MAX_HF_CONFIG_BYTES, is_hf_config_file
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.config.model_file import load_model_file
@@ -180,12 +180,14 @@ def _file_seq_len(config: Path | None) -> int | None:
     """The sequence length a job file states (``batch.seq_len`` in any accepted spelling),
     for its attention FLOPs; None for a HF config or a file without one."""
     if config is None or is_hf_config_file(config) or not Path(config).is_file():
-        # a pipe or FIFO (`--config <(...)`) can be read once: the geometry loader's
+        # a pipe or FIFO (`--config <(...)`) can be read once: it is the geometry loader's
         return None
     from mosaic.config.job_schema import canonical_job_document
 
-    try:
-        document = canonical_job_document(load_yaml_mapping(config), str(config), set())
+    try:  # bounded as the geometry loader bounds a model file: one over it is refused
+        # there, unread (a review: a 28 MiB file was parsed here for 112 s first)
+        document = canonical_job_document(
+            load_yaml_mapping(config, max_bytes=MAX_HF_CONFIG_BYTES), str(config), set())
     except MosaicInputError:
         return None  # a model-only file: the geometry loader reports its own errors
     value = (document.get("batch") or {}).get("seq_len")
