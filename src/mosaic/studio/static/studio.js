@@ -642,13 +642,7 @@
     busyRefusal = false;
     // the request's own state at once: the previous plan's ("plan 1: done", its progress,
     // message and report link) stayed until the request returned (a trial)
-    clearTimeout(pollTimer);
-    $("plan-progress").max = 1;
-    $("plan-progress").value = 0;
-    $("plan-state").textContent = "starting…";
-    $("plan-message").textContent = "";
-    $("plan-report-link").hidden = true;
-    document.body.setAttribute("data-plan-state", "starting");
+    resetPlanStatus("starting", "starting…");
     // the editor's model goes along: a model grid plans around it
     return post("/api/plan", {form: readForm("plan-form"), job: readForm("job-form")}).then(function (body) {
       if (!body.ok) {
@@ -666,13 +660,19 @@
   // of the previous plan go (a trial read "plan 2: done" under the refusal); it stays in
   // the history table
   function planRefused() {
+    resetPlanStatus("refused", "not started: the plan request was refused (why: at the marked field, or above)");
+  }
+
+  // the status line says `text` (body data-plan-state `state`), with no progress, message
+  // or report link of an earlier plan, and no poll of it pending
+  function resetPlanStatus(state, text) {
     clearTimeout(pollTimer);
     $("plan-progress").max = 1;
     $("plan-progress").value = 0;
-    $("plan-state").textContent = "not started: the plan request was refused (why: at the marked field, or above)";
+    $("plan-state").textContent = text;
     $("plan-message").textContent = "";
     $("plan-report-link").hidden = true;
-    document.body.setAttribute("data-plan-state", "refused");
+    document.body.setAttribute("data-plan-state", state);
   }
 
   function pollPlan() {
