@@ -24,6 +24,28 @@ def wait_for_first_prediction(browser: Any, driver: Any) -> None:
         what="first prediction")
 
 
+@contextlib.contextmanager
+def open_page(studio: Any, browser: Any, height: int = 900) -> Iterator[Any]:
+    """The module's studio open in a browser of its own at its first prediction; the
+    browser stops after the block."""
+    driver = browser.start_driver(height=height)
+    try:
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        yield driver
+    finally:
+        driver.quit()
+
+
+def search_layouts(browser: Any, driver: Any) -> list[Any]:
+    """Click Search layouts: the layout table's rows, once it has some."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.ID, "layouts-run").click()
+    return browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                         "#layouts-table tbody tr"),
+                            what="the layout table")
+
 
 @contextlib.contextmanager
 def studio_page(browser: Any, **studio_options: Any) -> Iterator[Any]:
@@ -216,10 +238,7 @@ def test_infeasible_layout_shows_its_reason(page, studio, browser):
 def test_layout_table_lists_layouts_and_reasons(page, browser):
     from selenium.webdriver.common.by import By
 
-    page.find_element(By.ID, "layouts-run").click()
-    rows = browser.wait_for(lambda: page.find_elements(By.CSS_SELECTOR,
-                                                       "#layouts-table tbody tr"),
-                            what="the layout table")
+    rows = search_layouts(browser, page)
     assert len(rows) >= 10
     reasons = page.find_elements(By.CSS_SELECTOR, "#infeasible-table tbody tr")
     texts = [r.text for r in reasons]
@@ -257,14 +276,8 @@ def test_the_layouts_table_takes_one_tab_stop_and_sorts_by_keyboard(studio, brow
             ".filter(function (tr) { return tr.tabIndex === 0; })"
             ".map(function (tr) { return tr.getAttribute('data-index'); })")
 
-    page = browser.start_driver(height=900)
-    try:
-        page.get(studio.url + "/")
-        wait_for_first_prediction(browser, page)
-        page.find_element(By.ID, "layouts-run").click()
-        rows = browser.wait_for(lambda: page.find_elements(By.CSS_SELECTOR,
-                                                           "#layouts-table tbody tr"),
-                                what="the layout table")
+    with open_page(studio, browser) as page:
+        rows = search_layouts(browser, page)
         assert len(rows) > 100 and stops() == ["0"]
         headers = page.find_elements(By.CSS_SELECTOR, "#layouts-table thead th")
         page.find_element(By.CSS_SELECTOR, "input[data-filter-for='layouts-table']").click()
@@ -298,8 +311,6 @@ def test_the_layouts_table_takes_one_tab_stop_and_sorts_by_keyboard(studio, brow
         (stop,) = page.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr[tabindex='0']")
         assert stop.is_displayed() and other in stop.text
         assert browser.console_errors(page) == []
-    finally:
-        page.quit()
 
 
 def test_the_table_filter_matches_each_word_in_the_rows_cells(studio, browser):
@@ -323,13 +334,8 @@ def test_the_table_filter_matches_each_word_in_the_rows_cells(studio, browser):
             ".map(function (tr, i) { return tr.style.display === 'none' ? -1 : i; })"
             ".filter(function (i) { return i >= 0; })", words)
 
-    driver = browser.start_driver(height=900)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
-        driver.find_element(By.ID, "layouts-run").click()
-        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
-                         what="the layout table")
+    with open_page(studio, browser) as driver:
+        search_layouts(browser, driver)
         rows = cells()
         headers = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "#layouts-table th")]
         sharding, mbs = headers.index("sharding"), headers.index("mbs")
@@ -345,32 +351,23 @@ def test_the_table_filter_matches_each_word_in_the_rows_cells(studio, browser):
         assert shown_after(joined) == []
         assert len(shown_after("")) == len(rows)
         assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
 
 
 def test_a_layouts_hsdp_rows_name_their_shard_group(studio, browser):
     """torchtitan's best layouts include HSDP with shard groups 8, 4 and 2, which `mosaic
     layouts` lists as hsdp/8, hsdp/4, hsdp/2: the studio's table (and its infeasible list)
     said 'hsdp' for each, rows of different memory that read the same (a trial)."""
-    from selenium.webdriver.common.by import By
-
     form = {**DEFAULT_FORM, "performance.stack": "torchtitan", "parallelism.sharding": "fsdp"}
     _, body = studio.call("/api/layouts", {"form": form})
     wanted = [f"hsdp/{r['hsdp_shard']}" if r["sharding"] == "hsdp" else r["sharding"]
               for r in body["rows"]]
     assert len({w for w in wanted if w.startswith("hsdp/")}) > 1, wanted
-    driver = browser.start_driver(height=900)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
+    with open_page(studio, browser) as driver:
         set_field(driver, "performance.stack", "torchtitan")
         set_field(driver, "parallelism.sharding", "fsdp")
         browser.wait_for(lambda: driver.execute_script(
             "return document.body.getAttribute('data-perf-state') === 'ok'"), what="the job")
-        driver.find_element(By.ID, "layouts-run").click()
-        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
-                         what="the layout table")
+        search_layouts(browser, driver)
         shown = driver.execute_script(
             "return Array.from(document.querySelectorAll('#layouts-table tbody tr'))"
             ".map(function (tr) { return tr.cells[8].textContent; })")
@@ -380,8 +377,6 @@ def test_a_layouts_hsdp_rows_name_their_shard_group(studio, browser):
         assert infeasible
         listed = text(driver, "infeasible-holder")
         assert all(label in listed for label in infeasible)
-    finally:
-        driver.quit()
 
 
 def test_explain_draws_the_levers_of_the_edited_job(page, browser):
@@ -402,18 +397,13 @@ def test_explain_draws_the_levers_of_the_edited_job(page, browser):
 def test_the_page_fits_a_phone_width(studio, browser):
     """At 420 px the editor and the results stack, tables scroll inside their own box and
     the page never scrolls sideways (a trial: 695 px wide)."""
-    from selenium.webdriver.common.by import By
-
     driver = browser.start_driver(height=900)
     try:
         driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
             "width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False})
         driver.get(studio.url + "/")
         wait_for_first_prediction(browser, driver)
-        driver.find_element(By.ID, "layouts-run").click()
-        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
-                                                      "#layouts-table tbody tr"),
-                         what="the layout table")
+        search_layouts(browser, driver)
         width = driver.execute_script("return document.documentElement.scrollWidth")
         assert width <= 420, width
     finally:
@@ -511,10 +501,7 @@ def test_run_plan_shows_the_new_request_at_once(studio, browser):
     starting as soon as the button is clicked."""
     from selenium.webdriver.common.by import By
 
-    driver = browser.start_driver(height=900)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
+    with open_page(studio, browser) as driver:
         for key, value in ONE_GEOMETRY.items():
             set_field(driver, key, value)
         first = next_plan_number(studio)
@@ -532,8 +519,6 @@ def test_run_plan_shows_the_new_request_at_once(studio, browser):
         browser.wait_for(lambda: f"plan {first + 1}: done" in text(driver, "plan-state"),
                          timeout_s=90, what="the second plan to finish")
         assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
 
 
 def test_the_pages_export_of_the_starting_job_is_the_apis(studio, browser):
@@ -544,16 +529,11 @@ def test_the_pages_export_of_the_starting_job_is_the_apis(studio, browser):
 
     _, options = studio.call("/api/options")
     _, exported = studio.call("/api/export", {"form": options["form"], "target": "yaml"})
-    driver = browser.start_driver(height=900)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
+    with open_page(studio, browser) as driver:
         driver.find_element(By.ID, "export-run").click()
         shown = browser.wait_for(lambda: text(driver, "export-text"), what="the export")
         assert shown == exported["text"]
         assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
 
 
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
@@ -771,13 +751,8 @@ def test_a_panel_of_the_job_before_an_edit_says_so(studio, browser):
     two sentences (they ran on as "... of the step The job does not fit")."""
     from selenium.webdriver.common.by import By
 
-    driver = browser.start_driver(height=1100)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
-        driver.find_element(By.ID, "layouts-run").click()
-        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
-                         what="the layout table")
+    with open_page(studio, browser, height=1100) as driver:
+        search_layouts(browser, driver)
 
         def best_row() -> tuple[Any, float]:
             row = driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr")[0]
@@ -820,8 +795,6 @@ def test_a_panel_of_the_job_before_an_edit_says_so(studio, browser):
         assert "stale" in driver.execute_script(
             "return document.getElementById('levers-table-holder').className")
         assert all("/api/perf" in e["message"] for e in browser.console_errors(driver))
-    finally:
-        driver.quit()
 
 
 @pytest.mark.parametrize("job, wanted", [
@@ -841,10 +814,7 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     with studio_page(browser, job_document=load_job_document(examples / job)) as driver:
-        driver.find_element(By.ID, "layouts-run").click()
-        rows = browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
-                                                             "#layouts-table tbody tr"),
-                                what="the layout table")
+        rows = search_layouts(browser, driver)
         cells = [[c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows[:80]]
         pick = next(i for i, c in enumerate(cells)
                     if (c[8].startswith("hsdp/") if wanted == "hsdp" else c[1] == "2"))
@@ -905,10 +875,7 @@ def test_a_refused_comparison_greys_the_last_one(studio, browser):
             ".map(function (id) { return document.getElementById(id)"
             ".classList.contains('stale'); })")
 
-    driver = browser.start_driver(height=900)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
+    with open_page(studio, browser) as driver:
         driver.find_element(By.ID, "pin-a").click()
         browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
         set_field(driver, "batch.micro_seqs", "2")
@@ -927,8 +894,6 @@ def test_a_refused_comparison_greys_the_last_one(studio, browser):
         driver.find_element(By.ID, "compare-run").click()
         browser.wait_for(lambda: greyed() == [False, False, False], what="a valid comparison")
         assert text(driver, "compare-error") == ""
-    finally:
-        driver.quit()
 
 
 def test_a_comparison_of_two_models_stays_legible(studio, browser):
@@ -941,10 +906,7 @@ def test_a_comparison_of_two_models_stays_legible(studio, browser):
 
     config = (Path(__file__).resolve().parents[2] / "examples" / "hf" /
               "deepseek-v3.json").read_text()
-    driver = browser.start_driver(height=1100)
-    try:
-        driver.get(studio.url + "/")
-        wait_for_first_prediction(browser, driver)
+    with open_page(studio, browser, height=1100) as driver:
         driver.find_element(By.ID, "pin-a").click()
         browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
         set_field(driver, "model.source", "hf")
@@ -963,8 +925,6 @@ def test_a_comparison_of_two_models_stays_legible(studio, browser):
         verdict_b = rows[-1].find_elements(By.TAG_NAME, "td")[2]
         assert "OUT OF MEMORY" in verdict_b.text
         assert verdict_b.size["width"] < 450, verdict_b.size  # wrapped, not one long line
-    finally:
-        driver.quit()
 
 
 def test_a_run_records_explain_panel_shows_the_measured_gap(browser):
