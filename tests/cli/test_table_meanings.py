@@ -100,6 +100,22 @@ def test_a_bracketed_value_prints_as_written_in_every_table(capsys):
     assert out.count("[mla_up_proj, mlp]") == 2
 
 
+def test_a_bracketed_title_prints_as_written(monkeypatch):
+    # a review: titles were still read as markup, so `calibrate --out runs[bf16]/c.yaml`
+    # and `bench --out runs[bf16]` named their folder 'runs/' (cells were plain already)
+    import mosaic.cli.layouts_cmd as layouts_cmd
+    from mosaic.cli.common import print_key_value_table, print_table
+
+    console = Console(file=io.StringIO(), width=200)
+    monkeypatch.setattr(common, "console", console)
+    monkeypatch.setattr(layouts_cmd, "console", console)
+    wide = "x" * 60  # a table wider than its title: the title is not wrapped
+    print_key_value_table("Calibration written to runs[bf16]/c.yaml", [("k", wide)])
+    print_table("mosaic bench -> runs[bf16]", ["a"], [[wide]])
+    layouts_cmd._print_compact_table("Layouts of runs[bf16]/job.yaml", ["a"], [[wide]])
+    assert console.file.getvalue().count("runs[bf16]") == 3
+
+
 def test_the_within_days_row_says_what_to_change_and_how_long_a_capped_run_trains(capsys):
     # trials: --days 2 --cheapest-days 20,40 was told to add nodes, where no window as short
     # as 2 days had been evaluated; and a budget within --days 6 read '1 nodes x 6.804 days'

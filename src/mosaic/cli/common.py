@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mosaic.cli.stream_table import build_table, column_justify, plain_cells
+from mosaic.cli.stream_table import build_table, column_justify, plain_cells, plain_title
 from mosaic.cli.warning_lines import one_line
 from mosaic.errors import MosaicInputError
 from mosaic.jsonable import to_jsonable
@@ -50,7 +50,7 @@ PROSE_VALUE_CHARS = 60
 def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Render a two-column table for humans."""
     prose = any(len(value) > PROSE_VALUE_CHARS for _, value in rows)
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = Table(title=plain_title(title), show_header=False, title_justify="left")
     table.add_column("quantity", style="bold", no_wrap=True)
     # fold, not '…': a URL or path longer than the width wraps and stays whole
     table.add_column("value", justify="left" if prose else "right", overflow="fold")

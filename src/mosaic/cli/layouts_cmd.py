@@ -35,7 +35,7 @@ from mosaic.cli.layout_options import (
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.cli.stream_table import plain_cells
+from mosaic.cli.stream_table import plain_cells, plain_title
 from mosaic.config.job_schema import (
     JobSpec,
     apply_overrides,
@@ -154,8 +154,8 @@ def _print_compact_table(title: str, columns: list[str], rows: list[list[str]],
                          wrap: bool = False) -> None:
     """A table with one-space column gaps (15 columns fit 80 characters); numbers are
     right-aligned, wrapped text left-aligned."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0,
-                  show_edge=False)
+    table = Table(title=plain_title(title), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=0, show_edge=False)
     for column in columns:
         table.add_column(column, justify="left" if wrap else "right", no_wrap=not wrap)
     for row in rows:

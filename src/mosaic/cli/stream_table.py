@@ -34,11 +34,17 @@ from rich.text import Text
 CHUNK_ROWS = 500  # rows rendered at once; a few hundred KB of segments
 
 
-def plain_cells(row: Sequence[str]) -> list[Text]:
+def plain_cells(row: Sequence[str | Text]) -> list[Text]:
     """A row's cells as plain text: rich reads '[word ...]' in a string as a style tag and
     drops it (a trial's 'recompute_modules=[mla_up_proj, mlp]' printed as
     'recompute_modules='), and no table of mosaic styles its cells by markup."""
     return [cell if isinstance(cell, Text) else Text(str(cell)) for cell in row]
+
+
+def plain_title(title: str | None) -> Text | None:
+    """A table's title as plain text, as its cells are (:func:`plain_cells`): a title
+    naming a path ('Calibration written to runs[bf16]/c.yaml') lost its '[bf16]'."""
+    return None if title is None else Text(title)
 
 
 # A cell that starts like a number (digits, sign, decimal point, currency); cells with no
@@ -67,7 +73,7 @@ def build_table(title: str | None, columns: Sequence[str], justify: Sequence[str
                 widths: Sequence[int] | None = None, show_header: bool = True) -> Table:
     """The header-row table mosaic prints (optionally with fixed content widths and no
     title or header), each column aligned as ``justify`` says."""
-    table = Table(title=title, title_justify="left", show_header=show_header)
+    table = Table(title=plain_title(title), title_justify="left", show_header=show_header)
     for index, column in enumerate(columns):
         table.add_column(column, justify=justify[index],  # type: ignore[arg-type]
                          width=None if widths is None else widths[index])
