@@ -156,3 +156,21 @@ def test_the_within_days_row_calls_costs_equal_but_for_rounding_the_same(capsys)
                     "choice_within_window": within, "options": [choice, within]})
     out = " ".join(capsys.readouterr().out.split())
     assert "2 nodes × 13.61 days, loss 1.6494, 5,225 GPU-hours (the same cost)" in out
+
+
+def test_budgets_of_the_same_cost_are_listed_as_the_choice_orders_them(capsys):
+    # a review: the 'Budgets evaluated' table sorted by the raw GPU-hours, so 2 nodes x
+    # 13.61 days (the last bit cheaper, loss 1.6494) was listed above the choice, 1 node x
+    # 27.22 days at loss 1.6492, which plan.cost orders first (equal cost: the lower loss)
+    from mosaic.cli.plan_render import print_cheapest
+
+    optimum = {"q": 6, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7435}
+    choice = {"nodes": 1, "days": 27.2158, "gpu_hours": 5225.433600669608,
+              "cost_usd": None, "loss": 1.6492, "optimum": optimum}
+    other = {"nodes": 2, "days": 13.6079, "gpu_hours": 5225.433600669607,
+             "cost_usd": None, "loss": 1.6494, "optimum": optimum}
+    print_cheapest({"target_loss": 1.65, "choice": choice, "window_days": 30.0,
+                    "options": [choice, other]})
+    table = capsys.readouterr().out.split("Budgets evaluated")[1]
+    rows = [line.split()[1] for line in table.splitlines() if "5,225" in line]
+    assert rows == ["1", "2"], table

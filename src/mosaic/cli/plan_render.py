@@ -9,7 +9,7 @@ import typer
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.law.extrapolation import extrapolation_rows
 from mosaic.perf.layouts import DEFAULT_MICRO_BATCHES, LayoutLimits
-from mosaic.plan.cost import RunCost
+from mosaic.plan.cost import RunCost, budget_order_key
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope
 from mosaic.plan.search import PlanResult, model_parallel_factor_note
 from mosaic.plan.sweep import SweepPoint
@@ -375,7 +375,10 @@ def print_cheapest(document: dict[str, Any]) -> None:
 
 def _print_budget_options(document: dict[str, Any]) -> None:
     """Every budget the target search evaluated, cheapest first (only --json had them)."""
-    options = sorted(document["options"], key=lambda o: (o["gpu_hours"], o["nodes"]))
+    # in the order the choice was made (equal costs: the lower loss first; a review found
+    # the raw GPU-hours listing a budget above the choice it lost to)
+    options = sorted(document["options"], key=lambda o: budget_order_key(
+        o["gpu_hours"], o["loss"], o["days"], o["nodes"]))
     if len(options) < 2:
         return
     target = document["target_loss"]

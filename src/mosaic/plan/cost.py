@@ -204,6 +204,15 @@ def same_cost_key(gpu_hours: float) -> float:
     return float(f"{gpu_hours:.9g}")
 
 
+def budget_order_key(gpu_hours: float, loss: float | None, days: float,
+                     n_nodes: int) -> tuple[float, float, float, int]:
+    """The order budgets are chosen and listed in, cheapest first: equal GPU-hours (but for
+    the last bit, :func:`same_cost_key`) cost the same, the lower loss first, then the
+    shorter window (windows whose optimum stops early at the same tpp_max cap cost alike:
+    the shortest is named), then fewer nodes; None (nothing trainable) last."""
+    return (same_cost_key(gpu_hours), math.inf if loss is None else loss, days, n_nodes)
+
+
 @dataclass(frozen=True)
 class CheapestPlan:
     """Every budget evaluated (cheapest first) and the cheapest that reaches the target."""
@@ -301,12 +310,9 @@ def cheapest_plan(
         options += [BudgetOption(cluster.n_nodes, r.envelope.days,
                                  plan_cost(r, price_per_gpu_hour), r)
                     for r in results]
-    # equal GPU-hours cost the same: the lower loss first, then the shorter window (windows
-    # whose optimum stops early at the same tpp_max cap cost alike: the shortest is named)
     # (GPU-hours to 9 significant digits: n nodes x d days and 2n x d/2 differ in the last
     # bit, and a trial chose 2 nodes x 13.61 days at loss 1.6494 over 1 x 27.22 at 1.6492)
-    options.sort(key=lambda o: (same_cost_key(o.cost.gpu_hours),
-                                math.inf if o.loss is None else o.loss, o.days, o.n_nodes))
+    options.sort(key=lambda o: budget_order_key(o.cost.gpu_hours, o.loss, o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
     choice = reaching[0] if reaching else None
     # within the window by the days a run trains: one whose D is held at tpp_max stops
