@@ -450,12 +450,12 @@ def test_arch_refuses_a_model_file_over_the_limit_before_parsing_it(tmp_path, mo
     # a review: `mosaic arch --config` parsed a 28 MiB YAML for 112 s, looking for the job's
     # seq_len, before the model loader refused it by its size (16 MiB, as a config.json)
     import mosaic.schema_validation as schema_validation
-    from mosaic.arch.hf_import import MAX_HF_CONFIG_BYTES
+    from mosaic.arch.hf_import import MAX_MODEL_FILE_BYTES
 
     path = tmp_path / "model.yaml"
     with path.open("w") as handle:
         handle.write("model: {layers: 2}\nbatch: {seq_len: 64}\n")
-        handle.truncate(MAX_HF_CONFIG_BYTES + 1)
+        handle.truncate(MAX_MODEL_FILE_BYTES + 1)
 
     def parsed(*_: object) -> None:
         raise AssertionError("the file over the limit was parsed")
@@ -463,4 +463,4 @@ def test_arch_refuses_a_model_file_over_the_limit_before_parsing_it(tmp_path, mo
     monkeypatch.setattr(schema_validation, "parse_yaml", parsed)
     result = runner.invoke(app, ["arch", "--config", str(path)])
     assert result.exit_code == 2, result.output
-    assert f"the limit is {MAX_HF_CONFIG_BYTES:,}" in result.stderr
+    assert f"the limit is {MAX_MODEL_FILE_BYTES:,}" in result.stderr

@@ -1271,14 +1271,14 @@ def _granite_moe_hybrid(fields: ConfigFields) -> Geometry:
 # A model's config.json (or a mosaic model file) is kilobytes; one this large is another
 # file, refused before it is read (a fuzz case's 242 MiB of nested lists took 20 s to parse
 # before its error).
-MAX_HF_CONFIG_BYTES = 16 * 2**20
+MAX_MODEL_FILE_BYTES = 16 * 2**20
 
 
 def load_hf_config(path: Path) -> Geometry:
     """Read a ``config.json`` file and import its geometry."""
     from mosaic.schema_validation import parse_json, read_text
 
-    config = parse_json(read_text(path, "config.json", max_bytes=MAX_HF_CONFIG_BYTES),
+    config = parse_json(read_text(path, "config.json", max_bytes=MAX_MODEL_FILE_BYTES),
                         str(path))
     return geometry_from_hf_config(config, str(path))
 

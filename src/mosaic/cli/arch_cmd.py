@@ -23,7 +23,7 @@ from mosaic.arch import (
     model_flops_per_token,
     ssd_scan_flops_per_token,
 )
-from mosaic.arch.hf_import import MAX_HF_CONFIG_BYTES, is_hf_config_file
+from mosaic.arch.hf_import import MAX_MODEL_FILE_BYTES, is_hf_config_file
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.config.model_file import load_model_file
@@ -187,7 +187,7 @@ def _file_seq_len(config: Path | None) -> int | None:
     try:  # bounded as the geometry loader bounds a model file: one over it is refused
         # there, unread (a review: a 28 MiB file was parsed here for 112 s first)
         document = canonical_job_document(
-            load_yaml_mapping(config, max_bytes=MAX_HF_CONFIG_BYTES), str(config), set())
+            load_yaml_mapping(config, max_bytes=MAX_MODEL_FILE_BYTES), str(config), set())
     except MosaicInputError:
         return None  # a model-only file: the geometry loader reports its own errors
     value = (document.get("batch") or {}).get("seq_len")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mosaic.arch import Geometry
 from mosaic.arch.hf_import import (
-    MAX_HF_CONFIG_BYTES,
+    MAX_MODEL_FILE_BYTES,
     geometry_from_hf_config,
     is_hf_config_file,
     load_hf_config,
@@ -32,7 +32,7 @@ def load_model_file(path: Path) -> Geometry:
     if is_hf_config_file(path):
         return load_hf_config(path)
     # YAML reads JSON too; a model file of any name is kilobytes, bounded as a config.json
-    document = load_yaml_mapping(path, max_bytes=MAX_HF_CONFIG_BYTES)
+    document = load_yaml_mapping(path, max_bytes=MAX_MODEL_FILE_BYTES)
     if "model_type" in document and "model" not in document:
         return geometry_from_hf_config(document, str(path))
     return geometry_from_document(document, str(path))

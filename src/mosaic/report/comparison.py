@@ -25,8 +25,8 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # The job fields a stack's recipe may set (mosaic.config.recipes.RecipeSettings; its
-# recompute is the job's checkpointing)
-RECIPE_FIELDS = frozenset({*RecipeSettings.model_fields, "checkpointing"})
+# recompute is the job's checkpointing, its pipeline_layouts the job's pipeline_layout)
+RECIPE_FIELDS = frozenset({*RecipeSettings.model_fields, "checkpointing", "pipeline_layout"})
 
 
 # --- Both sides --------------------------------------------------------------------------------
