@@ -85,3 +85,25 @@ def test_the_launcher_entry_point_prints_warnings_as_one_line_each(tmp_path):
     lines = [line for line in done.stderr.splitlines() if "device_name" in line]
     assert lines and all(line.startswith("warning: ") for line in lines), done.stderr
     assert "MosaicWarning" not in done.stderr and "trainer.py" not in done.stderr
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
+def test_a_lock_path_rank_0_cannot_use_stops_every_rank_in_one_line(tmp_path):
+    """A FIFO at DIR/.train.lock was refused on rank 0 alone, before the all-reduce that
+    tells the others: the one line sat in rank 0's report while torchrun stopped the rest
+    (a review). Every rank now stops with a line of its own, rank 0's saying why."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(tiny_job(run={"tokens": STEPS * 8 * 32})))
+    out = tmp_path / "run"
+    out.mkdir()
+    os.mkfifo(out / ".train.lock")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", "-m", "mosaic.train", str(path), "--out", str(out),
+               "--quiet"]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode != 0
+    assert "not a regular file" in done.stderr  # rank 0's reason
+    assert "rank 0 cannot take the run folder's lock" in done.stderr  # rank 1's line
+    # torchrun's own agent prints its ChildFailedError traceback; no frame is mosaic's
+    assert "src/mosaic/" not in done.stderr and "site-packages/mosaic/" not in done.stderr

@@ -69,12 +69,21 @@ def _try_lock(path: Path) -> tuple[int | None, str]:
 def training_lock(out_dir: Path, context: DistContext) -> Iterator[None]:
     """Hold ``out_dir``'s lock for the block; refuse (every rank, one line) when another
     process holds it."""
-    descriptor, holder = None, ""
+    descriptor, holder, problem = None, "", None
     if context.is_main and fcntl is not None:
-        descriptor, holder = _try_lock(out_dir / LOCK_FILE)
-    refused = torch.tensor([float(context.is_main and fcntl is not None
-                                  and descriptor is None)])
-    if all_reduce_max(refused.to(context.device), context).item() > 0:
+        try:
+            descriptor, holder = _try_lock(out_dir / LOCK_FILE)
+        except MosaicInputError as exc:  # told to every rank below, not raised on one alone
+            problem = str(exc)
+    # 0: locked; 1: another process holds it; 2: rank 0 cannot lock there (problem)
+    outcome = 2.0 if problem is not None else float(
+        context.is_main and fcntl is not None and descriptor is None)
+    refused = all_reduce_max(torch.tensor([outcome]).to(context.device), context).item()
+    if refused == 2:  # rank 0 says why; the others say where
+        raise MosaicInputError(problem if problem is not None else
+                               f"{out_dir}: rank 0 cannot take the run folder's lock "
+                               f"({LOCK_FILE}); its error says why")
+    if refused > 0:
         who = f"process {holder}" if holder else "another process"
         raise MosaicInputError(
             f"{out_dir}: {who} is training this run folder (it holds {LOCK_FILE}); wait for "
