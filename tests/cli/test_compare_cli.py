@@ -677,6 +677,11 @@ def test_the_cost_per_token_row_is_price_x_gpus_x_step_over_tokens_per_step(job_
     text = " ".join(runner.invoke(app, ["compare", str(JOB), str(job_b),
                                         "--price-per-gpu-hour", "2.5,5"]).stdout.split())
     assert "cost per million tokens" in text
+    # unpriced, the null says why (the JSON contract; a fuzz trial found it bare)
+    unpriced = invoke_json("compare", str(JOB), str(job_b))
+    for side in ("a", "b"):
+        assert unpriced[side]["cost_per_million_tokens"] is None
+        assert "--price-per-gpu-hour" in unpriced[side]["cost_per_million_tokens_reason"]
 
 
 def test_a_plan_side_says_what_its_search_lost_and_what_a_candidate_lacks():

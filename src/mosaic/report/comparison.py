@@ -137,7 +137,12 @@ def _with_cost_per_token(side: dict[str, Any]) -> dict[str, Any]:
     B200 job over one 20-day window at 2.5 and 4 USD cost 1.600x, 1.046x per token)."""
     cost, tokens = side.get("cost"), side.get("tokens")
     per_token = cost / tokens * 1e6 if cost is not None and tokens else None
-    return side | {"cost_per_million_tokens": per_token}
+    if per_token is not None:
+        return side | {"cost_per_million_tokens": per_token}
+    # a null says why (the JSON contract, cli/contract.py; a fuzz trial)
+    why = ("no price per GPU-hour was given (--price-per-gpu-hour)" if cost is None
+           else "no tokens D to spread the cost over")
+    return side | {"cost_per_million_tokens": None, "cost_per_million_tokens_reason": why}
 
 
 # a side's inputs, shown in the comparison's input_differences rather than under the side
