@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from typer.testing import CliRunner
@@ -142,16 +143,20 @@ def test_the_within_days_row_says_what_to_change_and_how_long_a_capped_run_train
     assert "2 nodes × 6.804 days (5.86 days trained), loss 1.8021" in out
 
 
+def _same_cost_budgets() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trial's 1 node x 27.22 days (loss 1.6492) and 2 nodes x 13.61 days (1.6494): the
+    same GPU-days, the last bit of their GPU-hours apart."""
+    optimum = {"q": 6, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7435}
+    return ({"nodes": 1, "days": 27.2158, "gpu_hours": 5225.433600669608,
+             "cost_usd": None, "loss": 1.6492, "optimum": optimum},
+            {"nodes": 2, "days": 13.6079, "gpu_hours": 5225.433600669607,
+             "cost_usd": None, "loss": 1.6494, "optimum": optimum})
+
+
 def test_the_within_days_row_calls_costs_equal_but_for_rounding_the_same(capsys):
     from mosaic.cli.plan_render import print_cheapest
 
-    optimum = {"q": 6, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7435}
-    # a trial's 1 node x 27.22 days and 2 nodes x 13.61 days: the same GPU-days, the last
-    # bit of their GPU-hours apart
-    choice = {"nodes": 1, "days": 27.2158, "gpu_hours": 5225.433600669608,
-              "cost_usd": None, "loss": 1.6492, "optimum": optimum}
-    within = {"nodes": 2, "days": 13.6079, "gpu_hours": 5225.433600669607,
-              "cost_usd": None, "loss": 1.6494, "optimum": optimum}
+    choice, within = _same_cost_budgets()
     print_cheapest({"target_loss": 1.65, "choice": choice, "window_days": 20.0,
                     "choice_within_window": within, "options": [choice, within]})
     out = " ".join(capsys.readouterr().out.split())
@@ -164,11 +169,7 @@ def test_budgets_of_the_same_cost_are_listed_as_the_choice_orders_them(capsys):
     # 27.22 days at loss 1.6492, which plan.cost orders first (equal cost: the lower loss)
     from mosaic.cli.plan_render import print_cheapest
 
-    optimum = {"q": 6, "experts": 8, "top_k": 1, "split_factor": 1, "sparsity": 0.7435}
-    choice = {"nodes": 1, "days": 27.2158, "gpu_hours": 5225.433600669608,
-              "cost_usd": None, "loss": 1.6492, "optimum": optimum}
-    other = {"nodes": 2, "days": 13.6079, "gpu_hours": 5225.433600669607,
-             "cost_usd": None, "loss": 1.6494, "optimum": optimum}
+    choice, other = _same_cost_budgets()
     print_cheapest({"target_loss": 1.65, "choice": choice, "window_days": 30.0,
                     "options": [choice, other]})
     table = capsys.readouterr().out.split("Budgets evaluated")[1]

@@ -17,6 +17,7 @@ from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
     EARLY_STOP_MARK,
+    budget_train_days,
     cheapest_within_window_row,
     cost_document,
     cost_text,
@@ -387,17 +388,12 @@ def _print_budget_options(document: dict[str, Any]) -> None:
                 ["nodes", "days", "GPU-hours", *(["cost (USD)"] if priced else []),
                  "optimum loss", "reaches"],
                 [[str(o["nodes"]), f"{o['days']:.4g}", f"{o['gpu_hours']:,.0f}" + (
-                    f" ({o['train_days']:.3g} days trained)" if _ends_early(o) else ""),
+                    f" ({o['train_days']:.3g} days trained)"
+                    if budget_train_days(o) < o["days"] else ""),
                   *([f"{o['cost_usd']:,.0f}"] if priced else []),
                   "-" if o["loss"] is None else f"{o['loss']:.4f}",
                   "yes" if o["loss"] is not None and o["loss"] <= target else "no"]
                  for o in options])
-
-
-def _ends_early(option: dict[str, Any]) -> bool:
-    """A budget whose optimum stops before its window ends (D held at tpp_max): its
-    GPU-hours count the days it trains (plan.cost.plan_cost)."""
-    return option.get("train_days", option["days"]) < option["days"]
 
 
 def print_sweep(points: list[SweepPoint], document: dict[str, Any]) -> None:

@@ -322,8 +322,10 @@ def cheapest_document(cheapest: CheapestPlan) -> dict[str, Any]:
     }
 
 
-def _trained_days(option: Mapping[str, Any]) -> float:
-    """The days a budget's run trains (its window unless it stops early at tpp_max)."""
+def budget_train_days(option: Mapping[str, Any]) -> float:
+    """The days a budget's run trains (a :func:`cheapest_document` option: its window
+    unless it stops early at tpp_max), which the terminal, the HTML page and the
+    within --days row read."""
     trained = option.get("train_days")
     return option["days"] if trained is None else min(trained, option["days"])
 
@@ -333,12 +335,12 @@ def cheapest_within_window_row(cheapest: Mapping[str, Any]) -> tuple[str, str] |
     --days: the cheapest within them, or that none evaluated reaches the target within
     them (the terminal's and the HTML page's row); None where the choice fits."""
     window, choice = cheapest.get("window_days"), cheapest.get("choice")
-    if window is None or choice is None or _trained_days(choice) <= window:
+    if window is None or choice is None or budget_train_days(choice) <= window:
         return None
     label = f"within --days {window:g}"
     within = cheapest.get("choice_within_window")
     if within is None:
-        if not any(_trained_days(o) <= window for o in cheapest.get("options", [])):
+        if not any(budget_train_days(o) <= window for o in cheapest.get("options", [])):
             # a --cheapest-days list above --days: more nodes would not be evaluated there
             return label, (f"no budget evaluated trains within them (--cheapest-days with "
                            f"windows up to {window:g} days)")
@@ -347,7 +349,7 @@ def cheapest_within_window_row(cheapest: Mapping[str, Any]) -> tuple[str, str] |
              else f"{within['gpu_hours']:,.0f} GPU-hours")
     same = (" (the same cost)" if same_cost_key(within["gpu_hours"])
             == same_cost_key(choice["gpu_hours"]) else "")
-    trained = _trained_days(within)
+    trained = budget_train_days(within)
     stops = "" if trained >= within["days"] else f" ({trained:.3g} days trained)"
     return label, (f"{within['nodes']} nodes × {within['days']:.4g} days{stops}, loss "
                    f"{within['loss']:.4f}, {spent}{same}")

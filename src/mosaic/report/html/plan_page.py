@@ -32,6 +32,7 @@ from mosaic.report.html.page import (
 )
 from mosaic.report.plan_report import (
     GEOMETRY_AXES,
+    budget_train_days,
     cheapest_within_window_row,
     cost_text,
     geometry_label,
@@ -360,7 +361,7 @@ def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
         # gave the budget alone, to 6 digits, where the terminal said 4 and the cost)
         cost = ("" if c.get("cost_usd") is None else f", {c['cost_usd']:,.0f} USD")
         # a run that stops early at tpp_max costs the days it trains, as the plan's own
-        trained = c.get("train_days", c["days"])
+        trained = budget_train_days(c)
         early = (f" (of the {trained:.3g} days it trains)" if trained < c["days"] else "")
         rows.append((f"cheapest budget reaching loss {cheapest['target_loss']:g}",
                      f"{c['nodes']} nodes × {c['days']:.4g} days, {c['gpu_hours']:,.0f} "
