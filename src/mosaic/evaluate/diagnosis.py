@@ -604,16 +604,15 @@ def _pipeline(row: PlanRow, vpp_default: int = 1) -> Iterator[_Candidate]:
     if pp > 1 and pp % 2 == 0:
         yield _Candidate("pp_halve", f"pipeline pp {pp} -> {pp // 2} (dp {dp} -> {2 * dp})",
                          _with(row, pp=pp // 2, dp=2 * dp, vpp=vpp if pp > 2 else 1))
-    if dp % 2 == 0 and vpp % 2 == 0:
-        # as many chunks as before, two ranks sharing each rank's virtual stages: a job on a
-        # layout of pp·vpp chunks keeps a split of that many (a review: DeepSeek-V3's 8x4
-        # lever to 16x4 asked for 64 chunks of 61 blocks and was refused)
-        yield _Candidate("pp_double", f"pipeline pp {pp} -> {2 * pp}, vpp {vpp} -> "
-                         f"{vpp // 2} (dp {dp} -> {dp // 2})",
-                         _with(row, pp=2 * pp, dp=dp // 2, vpp=vpp // 2))
-    elif dp % 2 == 0:
-        yield _Candidate("pp_double", f"pipeline pp {pp} -> {2 * pp} (dp {dp} -> {dp // 2})",
-                         _with(row, pp=2 * pp, dp=dp // 2))
+    if dp % 2 == 0:
+        # an even vpp halves: as many chunks as before, two ranks sharing each rank's virtual
+        # stages, so a job on a layout of pp·vpp chunks keeps a split of that many (a
+        # review: DeepSeek-V3's 8x4 lever to 16x4 asked for 64 chunks of 61 blocks and was
+        # refused)
+        after = vpp // 2 if vpp % 2 == 0 else vpp
+        moved = f", vpp {vpp} -> {after}" if after != vpp else ""
+        yield _Candidate("pp_double", f"pipeline pp {pp} -> {2 * pp}{moved} "
+                         f"(dp {dp} -> {dp // 2})", _with(row, pp=2 * pp, dp=dp // 2, vpp=after))
 
 
 def _micro_batch(row: PlanRow) -> Iterator[_Candidate]:
