@@ -1236,3 +1236,41 @@ def test_granite_hybrid_refuses_what_mosaic_cannot_count():
         geometry_from_hf_config(config | {"layer_types": ["mamba"] * 39 + ["mlp"]})
     with pytest.raises(MosaicInputError, match="mamba_d_head 32 x mamba_n_heads 128"):
         geometry_from_hf_config(config | {"mamba_d_head": 32})
+
+
+# DeepSeek-V2-Lite's config.json as transformers 5.7 writes it back (print of
+# AutoConfig.from_pretrained("deepseek-ai/DeepSeek-V2-Lite"), a stored public dump): the
+# class's derived head_dim (= qk_rope_head_dim), mlp_bias and rope_parameters are serialised.
+DEEPSEEK_V2_LITE_TRANSFORMERS_5 = {
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000,
+    "dtype": "bfloat16", "eos_token_id": 100001, "first_k_dense_replace": 1, "head_dim": 64,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+    "mlp_bias": False, "model_type": "deepseek_v2", "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+    "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+    "num_hidden_layers": 27, "num_key_value_heads": 16, "pad_token_id": None,
+    "pretraining_tp": 1, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                        "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                        "rope_theta": 10000, "rope_type": "yarn", "type": "yarn"},
+    "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
+    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy",
+    "transformers_version": "5.7.0", "use_cache": True, "v_head_dim": 128,
+    "vocab_size": 102400,
+}
+
+
+def test_an_mla_configs_derived_head_dim_is_not_warned_of_as_unread():
+    """DeepseekV2Config and DeepseekV3Config set head_dim = qk_rope_head_dim (the rotary
+    width; transformers models/deepseek_v3/configuration_deepseek_v3.py), so configs saved by
+    transformers >= 5 state it. It has no shape of its own: the count is the paper's 15.7 B
+    total (arXiv:2405.04434), with no warning that the counts may leave something out."""
+    _, c = _strict_counts(DEEPSEEK_V2_LITE_TRANSFORMERS_5)
+    assert round(c.n_total_with_embedding / 1e9, 1) == 15.7
+    assert int((c.n_active + c.lm_head) / 1e8) == 24
+    # a head_dim that is not the rotary width is no derived value: said, not read silently
+    with pytest.warns(UnmodelledFieldWarning, match="head_dim 128 is not qk_rope_head_dim"):
+        geometry_from_hf_config(DEEPSEEK_V2_LITE_TRANSFORMERS_5 | {"head_dim": 128})

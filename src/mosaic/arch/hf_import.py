@@ -446,6 +446,15 @@ def _mla(fields: ConfigFields) -> dict[str, Any]:
         v_head_dim=fields.int("v_head_dim"),
         q_lora_rank=fields.optional_int("q_lora_rank"),
     )
+    # DeepseekV2Config/DeepseekV3Config set head_dim = qk_rope_head_dim, the rotary width
+    # (transformers models/deepseek_v3/configuration_deepseek_v3.py), and transformers >= 5
+    # writes it into saved configs: no shape of its own. Another value is said, not used.
+    stated = fields.config.get("head_dim")
+    if stated is not None and stated != mla.qk_rope_head_dim:
+        warnings.warn(f"{fields.where}: head_dim {shown(stated)} is not qk_rope_head_dim "
+                      f"({mla.qk_rope_head_dim}), the value DeepSeek's config classes derive; "
+                      "MLA is built from qk_nope_head_dim, qk_rope_head_dim and v_head_dim",
+                      UnmodelledFieldWarning, stacklevel=4)
     return {"heads": heads, "kv_heads": heads, "head_dim": mla.v_head_dim,
             "attention": AttentionKind.MLA, "mla": mla}
 
