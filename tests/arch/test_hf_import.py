@@ -1274,3 +1274,54 @@ def test_an_mla_configs_derived_head_dim_is_not_warned_of_as_unread():
     # a head_dim that is not the rotary width is no derived value: said, not read silently
     with pytest.warns(UnmodelledFieldWarning, match="head_dim 128 is not qk_rope_head_dim"):
         geometry_from_hf_config(DEEPSEEK_V2_LITE_TRANSFORMERS_5 | {"head_dim": 128})
+
+
+# Qwen/Qwen2-57B-A14B config.json (huggingface.co/Qwen/Qwen2-57B-A14B), as copied whole in
+# NVIDIA TensorRT-LLM's Qwen-MoE unit test (QWEN2_57B_A14B_CONFIG)
+QWEN2_57B_A14B = {
+    "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584,
+    "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 131072,
+    "max_window_layers": 28, "model_type": "qwen2_moe", "moe_intermediate_size": 2560,
+    "norm_topk_prob": False, "num_attention_heads": 28, "num_experts": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 20480,
+    "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+
+def test_qwen2_57b_a14b_published_totals():
+    """Qwen2 technical report (arXiv:2407.10671, Table 1): Qwen2-57B-A14B, 57 B total, 14 B
+    activated. By hand: q/k/v with biases, 64 routed experts, one gated shared expert."""
+    _, c = _strict_counts(QWEN2_57B_A14B)
+    d, kv = 3584, 4 * 128
+    attention = 2 * d * d + 2 * d * kv + d + 2 * kv
+    shared = 3 * d * 20480 + d  # the shared expert and its sigmoid gate
+    block = attention + 64 * 3 * d * 2560 + shared + 64 * d + 2 * d
+    assert int(c.n_total) == 28 * block + d
+    assert round(c.n_total_with_embedding / 1e9) == 57
+    assert round(c.n_active_with_embedding / 1e9) == 14
+
+
+# Qwen/Qwen3-235B-A22B config.json (huggingface.co/Qwen/Qwen3-235B-A22B), as copied whole in a
+# public litellm_config.py (HARD_CODED_CONFIGS); fields without a shape left out
+QWEN3_235B_A22B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "decoder_sparse_step": 1,
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288,
+    "max_window_layers": 94, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 1536, "norm_topk_prob": True, "num_attention_heads": 64,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 94,
+    "num_key_value_heads": 4, "rope_theta": 1000000.0, "sliding_window": None,
+    "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def test_qwen3_235b_a22b_published_totals():
+    """Qwen3-235B-A22B model card: 235 B total, 234 B non-embedding, 22 B activated."""
+    _, c = _strict_counts(QWEN3_235B_A22B)
+    assert round(c.n_total_with_embedding / 1e9) == 235
+    assert round(c.n_total / 1e9) == 234
+    assert round(c.n_active_with_embedding / 1e9) == 22
