@@ -1325,3 +1325,92 @@ def test_qwen3_235b_a22b_published_totals():
     assert round(c.n_total_with_embedding / 1e9) == 235
     assert round(c.n_total / 1e9) == 234
     assert round(c.n_active_with_embedding / 1e9) == 22
+
+
+# --- DBRX (dbrx) ------------------------------------------------------------------------------
+# mlx-community/dbrx-instruct-4bit config.json (huggingface.co; as quoted whole in mlxcel's DBRX
+# tests, which reproduce its attn_config/ffn_config with PretrainedConfig's fields in them)
+DBRX_INSTRUCT = {
+    "architectures": ["DbrxForCausalLM"],
+    "attn_config": {
+        "return_dict": True, "output_hidden_states": False, "torch_dtype": None,
+        "tie_word_embeddings": True, "max_length": 20, "temperature": 1.0, "top_k": 50,
+        "top_p": 1.0, "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "model_type": "",
+        "attn_pdrop": 0, "clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000,
+    },
+    "d_model": 6144, "emb_pdrop": 0.0,
+    "ffn_config": {
+        "return_dict": True, "tie_word_embeddings": True, "temperature": 1.0, "model_type": "",
+        "ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 10752, "moe_num_experts": 16,
+        "moe_top_k": 4, "moe_jitter_eps": 0, "moe_loss_weight": 0.05,
+        "moe_normalize_expert_weights": 1, "uniform_expert_assignment": False,
+    },
+    "initializer_range": 0.02, "max_seq_len": 32768, "model_type": "dbrx", "n_heads": 48,
+    "n_layers": 40, "output_router_logits": False, "quantization": {"group_size": 64, "bits": 4},
+    "resid_pdrop": 0.0, "router_aux_loss_coef": 0.05, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.39.2", "use_cache": True,
+    "vocab_size": 100352,
+}
+
+
+def _dbrx(config: dict) -> tuple[object, list[str]]:
+    """The geometry of a DBRX config and the warnings its import gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        geometry = geometry_from_hf_config(config, "dbrx.json")
+    return geometry, [str(w.message) for w in caught]
+
+
+def test_dbrx_instruct_by_hand():
+    """DBRX (Databricks, 2024-03 announcement: 132 B total, 36 B active) as transformers
+    models/dbrx/modeling_dbrx.py builds it, d = 6144, head_dim 6144 / 48 = 128, 8 KV heads:
+
+    - attention: Wqkv d x (d + 2 x 8 x 128) = 6144 x 8192 and out_proj d x d, no biases:
+      50,331,648 + 37,748,736 = 88,080,384
+    - experts: 16 x 3 x d x 10752 (w1, v1, w2) = 3,170,893,824; router 16 x d = 98,304
+    - norms: norm_1 and norm_2, LayerNorm(bias=False), 2 x d = 12,288
+    - block 3,259,084,800; 40 blocks + norm_f (d) = 130,363,398,144
+    - embedding + untied LM head 2 x 100352 x d = 1,233,125,376: 131,596,523,520 in all
+    - active: 40 x (88,080,384 + 98,304 + 12,288 + 4 x 3 x d x 10752) + d + 1,233,125,376
+      = 36,469,708,800
+
+    mosaic's LayerNorm counts a bias too: 81 norms x d = 497,664 more, said in a warning."""
+    geometry, said = _dbrx(DBRX_INSTRUCT)
+    assert len(said) == 1 and "497,664 parameters more than the checkpoint" in said[0]
+    c = count_parameters(geometry)
+    d, vocab, width = 6144, 100352, 10752
+    attention = d * (d + 2 * 8 * 128) + d * d
+    assert attention == 88_080_384
+    block = attention + 16 * 3 * d * width + 16 * d + 2 * d
+    checkpoint_total = 40 * block + d + 2 * vocab * d
+    assert checkpoint_total == 131_596_523_520
+    bias_excess = (2 * 40 + 1) * d
+    assert int(c.n_total_with_embedding) == checkpoint_total + bias_excess
+    active = 40 * (attention + 16 * d + 2 * d + 4 * 3 * d * width) + d + 2 * vocab * d
+    assert active == 36_469_708_800
+    assert int(c.n_active_with_embedding) == active + bias_excess
+    assert round(c.n_total_with_embedding / 1e9) == 132  # "132B total parameters"
+    assert round(c.n_active_with_embedding / 1e9) == 36  # "36B ... active"
+    assert (geometry.norm, geometry.activation_name, geometry.rope_base) == ("layernorm", "swiglu",
+                                                                         500000.0)
+    assert (geometry.moe.router.score, geometry.moe.router.normalize_top_k) == ("softmax", True)
+    assert not (geometry.tied_embeddings or geometry.qkv_bias or geometry.output_bias)
+
+
+def test_dbrx_reads_its_nested_blocks_field_by_field():
+    """A field of attn_config/ffn_config no DBRX module reads is named as block.field; the
+    PretrainedConfig clutter and the training-only fields are not; a null p-norm leaves the
+    top-k weights unnormalised (DbrxRouter); refusals name the field."""
+    attn = DBRX_INSTRUCT["attn_config"] | {"sliding_window": 4096}
+    _, said = _dbrx(DBRX_INSTRUCT | {"attn_config": attn})
+    assert any("fields mosaic does not read: attn_config.sliding_window" in s for s in said)
+    ffn = DBRX_INSTRUCT["ffn_config"] | {"moe_normalize_expert_weights": None}
+    geometry, _ = _dbrx(DBRX_INSTRUCT | {"ffn_config": ffn})
+    assert not geometry.moe.router.normalize_top_k
+    no_kv = {k: v for k, v in DBRX_INSTRUCT["attn_config"].items() if k != "kv_n_heads"}
+    for change, message in (({"attn_config": no_kv}, "attn_config: missing required field "
+                             "'kv_n_heads'"),
+                            ({"tie_word_embeddings": True}, "tie_word_embeddings=true"),
+                            ({"ffn_config": [1]}, "ffn_config must be a JSON object")):
+        with pytest.raises(MosaicInputError, match=message):
+            _dbrx(DBRX_INSTRUCT | change)

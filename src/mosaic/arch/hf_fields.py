@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import LIMITS, is_finite_number, shown_number
 
 # Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
@@ -50,6 +50,31 @@ NO_SHAPE_FIELDS = frozenset((
     # the inference SSM cache's dtype (NemotronHConfig.mamba_ssm_cache_dtype) and the dtype
     # the router computes in (Glm4MoeConfig-style moe_router_dtype): precision, not shape
     "mamba_ssm_cache_dtype", "moe_router_dtype",
+    # the stored weights' precision in an mlx-lm conversion (mlx-community/dbrx-instruct-4bit
+    # config.json: {"group_size": 64, "bits": 4}), not the model's shape
+    "quantization",
+))
+
+# PretrainedConfig's own attributes (transformers configuration_utils.py
+# PretrainedConfig.__init__ and its generation defaults): output flags, label maps, token ids
+# and sampling settings. A sub-config class (DbrxAttentionConfig, DbrxFFNConfig) inherits
+# them, so a config saved through it repeats them inside its block (mlx-community/
+# dbrx-instruct-4bit config.json: attn_config.return_dict, .max_length, .top_k, .id2label);
+# no model module reads them from a block.
+PRETRAINED_CONFIG_FIELDS = frozenset((
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "torch_dtype",
+    "dtype", "pruned_heads", "tie_word_embeddings", "chunk_size_feed_forward",
+    "is_encoder_decoder", "is_decoder", "cross_attention_hidden_size", "add_cross_attention",
+    "tie_encoder_decoder", "architectures", "finetuning_task", "id2label", "label2id",
+    "task_specific_params", "problem_type", "tokenizer_class", "prefix", "bos_token_id",
+    "pad_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id", "model_type",
+    "transformers_version", "_name_or_path", "_commit_hash", "attn_implementation",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens",
 ))
 
 
@@ -75,6 +100,8 @@ class ReadTracker(Mapping[str, Any]):
     def __init__(self, data: Mapping[str, Any]) -> None:
         self._data = data
         self.read: set[str] = set()
+        # nested blocks read through their own trackers (:meth:`ConfigFields.block`)
+        self.blocks: dict[str, ReadTracker] = {}
 
     def __getitem__(self, key: str) -> Any:
         self.read.add(key)
@@ -107,14 +134,20 @@ class ReadTracker(Mapping[str, Any]):
         return len(self._data)
 
 
-def unread_fields(tracker: ReadTracker) -> list[str]:
-    """The config's fields never read that may change its shape (not in
-    :data:`NO_SHAPE_FIELDS`, not a ``_``-prefixed comment or path, and not null: a null
-    states nothing, the config class's default applies; a trial found released Nemotron 3
-    configs warned of their ``sliding_window: null``), in the config's order."""
+def unread_fields(tracker: ReadTracker, no_shape: frozenset[str] = NO_SHAPE_FIELDS
+                  ) -> list[str]:
+    """The config's fields never read that may change its shape (not in ``no_shape``, not a
+    ``_``-prefixed comment or path, and not null: a null states nothing, the config class's
+    default applies; a trial found released Nemotron 3 configs warned of their
+    ``sliding_window: null``), in the config's order; a nested block's as ``block.field``
+    (:data:`PRETRAINED_CONFIG_FIELDS` have no shape there either)."""
     values = dict(tracker.items())
-    return [key for key in tracker if key not in tracker.read and key not in NO_SHAPE_FIELDS
-            and not key.startswith("_") and values[key] is not None]
+    unread = [key for key in tracker if key not in tracker.read and key not in no_shape
+              and not key.startswith("_") and values[key] is not None]
+    for name, block in tracker.blocks.items():
+        unread += [f"{name}.{key}" for key in unread_fields(
+            block, NO_SHAPE_FIELDS | PRETRAINED_CONFIG_FIELDS)]
+    return unread
 
 
 class ConfigFields:
@@ -147,6 +180,20 @@ class ConfigFields:
             raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
                                    f"{limit.high:g} ({limit.why})")
         return value
+
+    def block(self, name: str) -> ConfigFields:
+        """The fields of the nested object ``name`` (DBRX's ``attn_config``); absent or null,
+        an empty one (the config class's defaults apply). Its reads are tracked apart and
+        its unread fields named as ``name.field`` (:func:`unread_fields`)."""
+        value = self.config.get(name)
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise MosaicInputError(f"{self.where}: {name} must be a JSON object, got "
+                                   f"{shown(value)}")
+        tracker = ReadTracker(value)
+        if isinstance(self.config, ReadTracker):
+            self.config.blocks[name] = tracker
+        return ConfigFields(tracker, f"{self.where}: {name}")
 
     def ignored(self, *names: str) -> None:
         """Mark fields as read that this family's model does not build from (it ignores
