@@ -11,6 +11,7 @@ from mosaic.config.recipes import RecipeQuery, recipe_settings
 
 QWEN3_NEXT = {"layers": 96, "d_model": 2048, "experts": 512}
 DEEPSEEK_V3 = {"layers": 61, "d_model": 7168, "experts": 256}
+LLAMA3_8B = {"layers": 32, "d_model": 4096, "experts": 0}
 GENERATION = {
     "H100-SXM-80GB": "hopper",
     "B200": "blackwell",
@@ -34,7 +35,7 @@ def _settings(release: str, gpu: str, precision: str, model: dict[str, int]) -> 
         device_name=gpu,
         generation=GENERATION[gpu],
         precision=precision,
-        moe=True,
+        moe=model["experts"] > 0,
         **model,
     )
     return recipe_settings(query)[0]
@@ -89,3 +90,16 @@ def test_v2_preset_is_loaded_before_v1_and_backend_forced_from_26_04():
     point = _settings("26.04.01", "B200", "mxfp8", DEEPSEEK_V3)
     assert (point["dispatcher"], point["ep_overlap"]) == ("deepep", True)
     assert point["recompute_modules"] == ["mla_up_proj", "mlp"]
+
+
+@pytest.mark.parametrize("release", ["25.11", "26.02", "26.04.01", "26.06"])
+def test_llama3_8b_h100_fp8_cs_recomputes_5_of_its_32_blocks_whole(release):
+    # LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1 recompute_num_layers=5 at PP 1
+    # (llama3_workload_base_configs.py @ v0.3.0..v0.5.1; LLAMA3_8B_H100_FP8_CS_BASE_CONFIG @
+    # v0.2.0) -> recompute_granularity full, recompute_method block (overrides.py
+    # _set_recompute_overrides): the first 5 of the stage's 32 blocks
+    settings = _settings(release, "H100-SXM-80GB", "fp8-cs", LLAMA3_8B)
+    assert settings["recompute"] == "full"
+    assert settings["recompute_block_fraction"] == pytest.approx(5 / 32)
+    # the BF16 preset sets none (recompute off)
+    assert _settings(release, "H100-SXM-80GB", "bf16", LLAMA3_8B)["recompute"] == "none"
