@@ -53,6 +53,28 @@ def test_stack_multipliers_are_shrunk_towards_the_shared_value():
     assert torchtitan == pytest.approx(1.5, rel=3e-2)
 
 
+@pytest.mark.xfail(strict=True, reason="known defect (trial h32): the fit's data residuals "
+                   "are raw log ratios (an implied per-run SD of 1, a factor e) and pass "
+                   "through soft-L1 at 0.1, while the stack priors are standardised by 0.3: "
+                   "a few runs of a stack cannot move its deviation; the fix refits the "
+                   "shipped profiles, so it is the main developer's call")
+def test_four_exact_runs_of_a_stack_are_not_outweighed_by_its_prior():
+    """Four runs of megatron-core measured at exactly 1.0x the analytical step, twenty of
+    torchtitan at 1.5x (noiseless). The priors say a stack is rarely more than ~1.35x off the
+    shared multiplier (STACK_PRIOR_LOG_SD 0.3); with the residuals the soft-L1 scale calls
+    typical (10%), four exact runs carry 4/0.1² = 400 units of precision against the
+    prior's 1/0.3² = 11, so the fit should keep megatron-core within 3% of 1.0, as the
+    20-run test above keeps both. It gives 1.148 (and 1.044 for torchtitan when that stack
+    has one run against four): a trial's own torchtitan run, 24% slower than predicted,
+    moved its stack's multiplier down, 1.010 -> 0.979."""
+    both = synthetic_baselines({"megatron-core": 1.0, "torchtitan": 1.5})
+    keep = np.array([s == "torchtitan" for s in both.stacks])
+    keep[:4] = True  # the first four megatron-core runs
+    fitted = fit_calibration(both.subset(keep), BASE, name="t", provenance="test")
+    assert fitted.stack_multiplier("megatron-core") == pytest.approx(1.0, rel=3e-2)
+    assert fitted.stack_multiplier("torchtitan") == pytest.approx(1.5, rel=3e-2)
+
+
 def test_a_stack_multiplier_stops_where_the_gemms_would_outrun_the_fastest_measured():
     """A multiplier scales the GEMMs too: below the analytical plateau (0.695 of peak) over
     B200's measured best GEMM rate (1,745 of 2,250 TFLOP/s, the catalog's MAMF), i.e.
