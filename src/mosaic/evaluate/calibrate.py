@@ -522,6 +522,15 @@ class CrossValidation:
         }
 
 
+def in_sample_errors(baselines: RecordBaselines, calibration: Calibration) -> CrossValidation:
+    """Each run predicted by ``calibration`` (the closed form), as one group of its own: the
+    errors of a fit on the runs it was fitted on, which :class:`CrossValidation` summarises
+    as it does held-out ones."""
+    return CrossValidation(groups=baselines.ids,
+                           predicted_step_time_s=calibrated_step_time_s(baselines, calibration),
+                           measured_step_time_s=baselines.measured_step_time_s)
+
+
 def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
                         base: Calibration, progress: ProgressFn | None = None
                         ) -> CrossValidation:
