@@ -421,7 +421,7 @@ def test_qwen2_moe_without_a_shared_width_takes_transformers_default():
 
 
 def test_each_family_imports_its_router():
-    """The router as each transformers modeling file runs it (hf_import._ROUTERS): DeepSeek-V3
+    """The router as each transformers modeling file runs it (hf_routers._ROUTERS): DeepSeek-V3
     sigmoid scores with the loss-free correction bias, renormalised, scaled 2.5 (the released
     config.json); Mixtral softmax renormalised over the top-2 with an auxiliary loss;
     Qwen3-30B-A3B's config states norm_topk_prob true; gpt-oss softmax over its top-k logits."""
