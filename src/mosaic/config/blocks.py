@@ -283,6 +283,12 @@ class BatchBlock(StrictBlock):
     micro_seqs: int | None = Field(default=None, gt=0, le=LIMITS["micro_batch"].high,
                                    description="sequences per micro-batch per dp rank; "
                                                "None = the stack's default")
+    local_seqs: int | None = Field(
+        default=None, gt=0, le=LIMITS["global_batch"].high,
+        description="sequences per dp rank per forward-backward pass (torchtitan's and NeMo "
+                    "AutoModel's local batch): the step accumulates global_seqs / (dp · "
+                    "local_seqs) passes, each one whole pipeline schedule on those stacks; "
+                    "None = one pass of the whole per-rank batch")
     seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
 
 

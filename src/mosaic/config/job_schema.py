@@ -704,6 +704,7 @@ def job_from_document(document: dict[str, Any], where: str,
     workload = Workload(
         geometry=geometry,
         global_batch=batch.global_seqs,
+        local_batch=batch.local_seqs,
         seq_len=batch.seq_len,
         precision=Precision(precision_lane(performance.precision)),
         fp8_recipe=fp8_recipe,
@@ -1083,7 +1084,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {})
         | layout_document(workload, row, derived=False),
         "batch": batch_document(workload.global_batch, workload.seq_len,
-                                int(row["micro_batch"])),
+                                int(row["micro_batch"]))
+        | ({"local_seqs": workload.local_batch} if workload.local_batch is not None else {}),
         "performance": performance,
         "optimizer": {"kind": str(workload.optimizer)},
         "search": {"devices": spec.n_devices if spec.n_devices is not None

@@ -257,8 +257,8 @@ def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> i
     return 1
 
 
-def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int
-                        ) -> tuple[int, str | None]:
+def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int,
+                        local_seqs: int | None = None) -> tuple[int, str | None]:
     """(micro-batch, why) of a job that states no ``batch.micro_seqs``, by its stack's default
     (trait ``micro_batch_default``) for its global batch, dp and pp; ``why`` is None where
     that default is the schema's one sequence. The one place it is derived: the job loader
@@ -266,7 +266,7 @@ def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int
     tp lever on hf-transformers kept micro 8, its `--set` lines loaded the whole local
     batch of 16)."""
     traits = get_stack(stack)
-    local = global_seqs // dp
+    local = global_seqs // dp if local_seqs is None else local_seqs
     if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP and pp > 1:
         return (max(local // pp, 1),
                 f"{stack} splits the local batch of {local} into pp={pp} micro-batches")
@@ -290,7 +290,8 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
     vpp, micro = parallelism.vpp, batch.micro_seqs
     default_vpp = vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1
     if micro is None:
-        derived, why = default_micro_batch(stack, batch.global_seqs, dp, parallelism.pp)
+        derived, why = default_micro_batch(stack, batch.global_seqs, dp, parallelism.pp,
+                                           batch.local_seqs)
         if why is not None:  # else the schema's 1, said where it is filled in
             micro = derived
             notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")

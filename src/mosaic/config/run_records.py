@@ -477,6 +477,13 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
             f"batch.global_seqs: {entry.batch.global_seqs} is not a multiple of "
             f"dp·micro_seqs = {dp}·{plan['micro_batch']}"
         )
+    local = entry.batch.local_seqs
+    if local is not None and (local % plan["micro_batch"]
+                              or entry.batch.global_seqs % (dp * local)):
+        raise MosaicInputError(
+            f"batch.local_seqs: {local} must be a multiple of micro_seqs={plan['micro_batch']} "
+            f"and dp·local_seqs = {dp}·{local} must divide global_seqs="
+            f"{entry.batch.global_seqs}")
     moe = entry.model.moe
     if moe is None and (ep, etp) != (1, 1):
         raise MosaicInputError(
@@ -604,6 +611,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     workload = Workload(
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
+        local_batch=entry.batch.local_seqs,
         seq_len=entry.batch.seq_len,
         precision=precision,
         fp8_recipe=fp8_recipe,
@@ -696,6 +704,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_modules": entry.recompute_modules is not None,
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
+        "local_batch": entry.batch.local_seqs is not None,
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
         "layer_cuda_graphs": entry.layer_cuda_graphs is not None,
         "recompute": entry.recompute != "unknown",

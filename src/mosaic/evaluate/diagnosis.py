@@ -653,7 +653,7 @@ def _loader_micro_batch(workload: Workload, plan: PlanRow, row: PlanRow,
     if not unstated_micro_batch or plan["micro_batch"] != row["micro_batch"]:
         return plan
     micro, _ = default_micro_batch(workload.stack, workload.global_batch, int(plan["dp"]),
-                                   int(plan["pp"]))
+                                   int(plan["pp"]), workload.local_batch)
     return {**plan, "micro_batch": micro}
 
 

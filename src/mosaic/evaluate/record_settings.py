@@ -46,6 +46,9 @@ class _Settings(RecipeSettings):
     # The catalog node type the run ran on, where its record's schema could not name it
     # (the record's GPU and host sizes must match it).
     system: str | None = Field(default=None, min_length=1)
+    # sequences per data-parallel rank per forward-backward pass (the record schema's
+    # batch.local_seqs), where the shared file's schema has no field for it
+    local_batch: int | None = Field(default=None, ge=1)
 
 
 class _Group(_Strict):

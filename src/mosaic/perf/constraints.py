@@ -208,6 +208,14 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             f"={workload.global_batch}",
             _not_divisible(workload.global_batch, micro_batches_per_step),
         ),
+        # a stated local batch: whole micro-batches per pass and whole passes per step
+        # (torchtitan trainer.py asserts global_batch_size % (local_batch_size * dp) == 0;
+        # NeMo AutoModel step_scheduler.py takes grad_acc_steps = global // (local * dp))
+        *([(f"micro_batch={{micro_batch}} must divide local_seqs={local}",
+            _not_divisible(local, plans.micro_batch)),
+           (f"dp·local_seqs={{dp}}·{local} must divide global_batch={workload.global_batch}",
+            _not_divisible(workload.global_batch, plans.dp * local))]
+          if (local := workload.local_batch) is not None else []),
         (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep))
         if moe else ("ep={ep} > 1 needs experts: a dense model has none (use ep=1)",
                      plans.ep > 1),

@@ -146,6 +146,25 @@ def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
 
 
+def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Pipeline schedules per optimizer step: one, except on a stack that runs a whole
+    schedule per gradient-accumulation pass (trait ``pipeline_schedule_per_pass``:
+    torchtitan, NeMo AutoModel) with a stated local batch, where the step takes
+    B_global / (dp · B_local) passes (torchtitan trainer.py gradient_accumulation_steps,
+    AutoModel step_scheduler.py grad_acc_steps), never more than its micro-batches."""
+    n_mb = n_microbatches(workload, plans)
+    if workload.local_batch is None or not workload.traits.pipeline_schedule_per_pass:
+        return np.ones_like(n_mb)
+    passes = workload.global_batch // (plans.dp * workload.local_batch)
+    return np.clip(passes, 1, n_mb)
+
+
+def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Micro-batches one pipeline schedule runs: n_mb over :func:`schedule_passes`; each
+    schedule fills and drains on its own, so its bubble is that of this count (Eq. 12)."""
+    return np.maximum(n_microbatches(workload, plans) // schedule_passes(workload, plans), 1)
+
+
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Whether fully sharded units stay gathered from their first forward to their last
     backward of the step, with gradients accumulated unsharded and reduce-scattered once:
@@ -179,7 +198,7 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     plain = pp - rank
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
-    return np.minimum(in_flight, n_microbatches(workload, plans))
+    return np.minimum(in_flight, microbatches_per_schedule(workload, plans))
 
 
 def dualpipe_in_flight(workload: Workload, plans: ParallelPlans, stage: Stage
@@ -423,6 +442,7 @@ class Schedule:
     """The schedule quantities both models read (arrays over plans)."""
 
     n_microbatches: np.ndarray
+    passes: np.ndarray
     first: StageBlocks
     last: StageBlocks
     in_flight_first: np.ndarray
@@ -439,9 +459,11 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
                                                      workload.pipeline_layouts))
               for stage in ("first", "last")}
     return Schedule(
-        n_microbatches=n_mb, first=stages["first"], last=stages["last"],
+        n_microbatches=n_mb, passes=schedule_passes(workload, plans),
+        first=stages["first"], last=stages["last"],
         in_flight_first=in_flight_microbatches(workload, plans, "first"),
         in_flight_last=in_flight_microbatches(workload, plans, "last"),
-        bubble_fraction=bubble_fraction(plans.pp, plans.vpp, n_mb.astype(float),
-                                        uses_dualpipe(workload)),
+        bubble_fraction=bubble_fraction(
+            plans.pp, plans.vpp, microbatches_per_schedule(workload, plans).astype(float),
+            uses_dualpipe(workload)),
     )

@@ -88,6 +88,7 @@ from mosaic.perf.schedule import (
     mtp_modules,
     n_microbatches,
     pp_transfers_overlap_compute,
+    schedule_passes,
     stage_hybrid_counts,
     stage_layer_counts,
     stage_rank,
@@ -388,10 +389,13 @@ def _mtp_module_extra_s(machine: Machine, workload: Workload, plans: ParallelPla
 
 
 def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
-                  bubble_fraction: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """Eq. 13: (n_mb − 1)·max(t_first, t_last) + t_first + t_last + t_last·n_mb·f_bubble;
-    with one stage both ends run every micro-batch: n_mb·(t_first + t_last)."""
-    pipelined = ((n_mb - 1) * np.maximum(t_first, t_last) + t_first + t_last
+                  bubble_fraction: np.ndarray, pp: np.ndarray,
+                  passes: np.ndarray | float = 1.0) -> np.ndarray:
+    """Eq. 13: (n_mb − 1)·max(t_first, t_last) + t_first + t_last + t_last·n_mb·f_bubble,
+    with the fill and drain once per pipeline schedule (``passes`` schedules a step:
+    :func:`~mosaic.perf.schedule.schedule_passes`); with one stage both ends run every
+    micro-batch: n_mb·(t_first + t_last)."""
+    pipelined = ((n_mb - passes) * np.maximum(t_first, t_last) + passes * (t_first + t_last)
                  + t_last * n_mb * bubble_fraction)
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
@@ -407,14 +411,14 @@ def shared_rank_vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.
 
 
 def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last: np.ndarray,
-                           n_mb: np.ndarray, bubble_fraction: np.ndarray, pp: np.ndarray
-                           ) -> np.ndarray:
+                           n_mb: np.ndarray, bubble_fraction: np.ndarray, pp: np.ndarray,
+                           passes: np.ndarray | float = 1.0) -> np.ndarray:
     """Vocabulary time of a pipeline whose ends hold fewer blocks (embedding and loss in the
     split): the slowest stage's vocabulary share ``vocab_per_mb`` on every micro-batch (and
-    in the bubble), plus each end's once in fill and drain; one stage runs both ends on
-    every micro-batch, as in Eq. 13."""
-    pipelined = (n_mb * vocab_per_mb * (1 + bubble_fraction) + t_first + t_last
-                 - vocab_per_mb)
+    in the bubble), plus each end's once in each schedule's fill and drain; one stage runs
+    both ends on every micro-batch, as in Eq. 13."""
+    pipelined = (n_mb * vocab_per_mb * (1 + bubble_fraction)
+                 + passes * (t_first + t_last - vocab_per_mb))
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
 
@@ -598,7 +602,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
     breakdown["dispatch_floor"] = n_mb * dispatch_extra
     t_block = n_mb * (t_cmp + dispatch_extra)
-    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb, uses_dualpipe(workload))
+    # each pipeline schedule fills and drains once: the bubble of its own micro-batches
+    passes = schedule_passes(workload, plans).astype(float)
+    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb / passes, uses_dualpipe(workload))
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
     elementwise_s = n_mb * analytical_per_mb * (1 + f_bubble)
@@ -610,14 +616,15 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                                                              f_bubble, plans.pp)
     elif slotted.all():
         breakdown["vocab_stage"] = balanced_vocab_stage_s(vocab_per_mb, t_first, t_last_all,
-                                                          n_mb, f_bubble, plans.pp)
+                                                          n_mb, f_bubble, plans.pp, passes)
     elif slotted.any():
         breakdown["vocab_stage"] = np.where(
             slotted, balanced_vocab_stage_s(vocab_per_mb, t_first, t_last_all, n_mb, f_bubble,
-                                            plans.pp),
-            vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp))
+                                            plans.pp, passes),
+            vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp, passes))
     else:
-        breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp)
+        breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp,
+                                                 passes)
 
     fwd_block = block.forward
     bwd_block = block.compute - block.forward

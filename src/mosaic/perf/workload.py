@@ -254,6 +254,11 @@ class Workload:
     Attributes:
         geometry: the model.
         global_batch: sequences per optimizer step (B_global).
+        local_batch: sequences one data-parallel rank runs per forward-backward pass
+            (torchtitan's and NeMo AutoModel's local_batch_size); the step accumulates
+            global_batch / (dp · local_batch) passes. None = the whole per-rank batch in one
+            pass. Read on stacks that run one pipeline schedule per pass (trait
+            ``pipeline_schedule_per_pass``).
         seq_len: tokens per sequence (T_seq).
         precision: GEMM precision; weights/activations are stored in bf16 either way
             (fp8 recipes keep bf16 copies, Micikevicius et al., 2022).
@@ -460,6 +465,7 @@ class Workload:
     recompute_modules: tuple[str, ...] | None = None
     optimizer_dtype: OptimizerDtype = OptimizerDtype.FP32
     fsdp_keep_gathered: bool = False
+    local_batch: int | None = None
     pad_to_capacity: bool = False
     routing_imbalance: float | None = None
     recompute_block_fraction: float | None = None
@@ -488,6 +494,9 @@ class Workload:
             value = getattr(self, name)
             if value <= 0:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
+        if self.local_batch is not None and self.local_batch <= 0:
+            raise MosaicInputError(f"batch.local_seqs must be a positive integer, got "
+                                   f"{self.local_batch}")
         unknown = sorted(set(self.recompute_modules or ()) - set(_RECOMPUTE_MODULES))
         if unknown:
             raise MosaicInputError(f"recompute_modules {unknown}: allowed values are "

@@ -110,6 +110,7 @@ class _Entry(BaseModel):
     moe_probs_in_activation: bool
     fsdp_skips_unsharded_experts: bool = False
     fsdp_pipeline_keeps_gathered: bool = True
+    pipeline_schedule_per_pass: bool = False
     zero_runtime: Literal["torch", "deepspeed"] = "torch"
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     sharding_without_pp_ep: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] = ()
@@ -197,6 +198,10 @@ class StackTraits:
     # accumulate unsharded (torch FSDP2 + torch.distributed.pipelining); false = every
     # micro-batch gathers and reduce-scatters each unit (Megatron-FSDP)
     fsdp_pipeline_keeps_gathered: bool
+    # gradient accumulation runs one whole pipeline schedule (fill, steady state, drain) per
+    # pass of the local batch (torch.distributed.pipelining's schedule.step called once per
+    # accumulation step); false = one schedule over every micro-batch of the step (Megatron)
+    pipeline_schedule_per_pass: bool
     # who allocates ZeRO's sharded gradients and gathered parameters (mosaic.perf.memory):
     # "torch" (FSDP/Megatron buckets in the gradient-reduce dtype, a unit and its prefetch
     # gathered) or "deepspeed" (gradient partitions in the model dtype, gathered parameters up

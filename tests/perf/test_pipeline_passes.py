@@ -1,0 +1,119 @@
+"""Gradient accumulation over whole pipeline schedules (stack trait
+``pipeline_schedule_per_pass``): torchtitan and NeMo AutoModel call
+torch.distributed.pipelining's ``schedule.step`` once per local batch, so every pass
+fills and drains the pipeline on its own (torchtitan trainer.py, AutoModel
+recipes/llm/benchmark.py and train_ft.py; sources in stacks.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mosaic.arch import ladder_geometry
+from mosaic.config.job_schema import job_document, load_job
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import predict_job
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import single_plan
+from mosaic.perf.schedule import microbatches_per_schedule, schedule_passes
+from mosaic.perf.step_time import predict_step, vocab_stage_s
+from mosaic.perf.workload import Workload
+
+CALIBRATION = default_calibration()
+# pp 4 x dp 8 on 32 GPUs, 256 sequences: 32 micro-batches of one sequence per DP rank
+PLAN = single_plan(pp=4, dp=8, micro_batch=1)
+
+
+def _workload(stack: str, local_batch: int | None) -> Workload:
+    return Workload(geometry=ladder_geometry(4), global_batch=256, seq_len=2048,
+                    stack=stack, local_batch=local_batch)
+
+
+def _machine():
+    return machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
+
+
+def test_passes_by_hand() -> None:
+    """256 / (dp 8 x local 8) = 4 passes of 8 micro-batches on AutoModel; Megatron-Core runs
+    one schedule of 32 whatever the local batch; no local batch is one pass."""
+    automodel = _workload("nemo-automodel", 8)
+    assert schedule_passes(automodel, PLAN)[0] == 4
+    assert microbatches_per_schedule(automodel, PLAN)[0] == 8
+    assert schedule_passes(_workload("megatron-core", 8), PLAN)[0] == 1
+    assert schedule_passes(_workload("torchtitan", None), PLAN)[0] == 1
+    assert microbatches_per_schedule(_workload("torchtitan", None), PLAN)[0] == 32
+
+
+def test_four_passes_have_four_bubbles() -> None:
+    """Eq. 12 per schedule: (pp - 1) / (vpp n) with n = 8 micro-batches is 4x the bubble
+    fraction of one schedule of 32, over the same block work, so the bubble term is exactly
+    4x; the blocks' own time does not move."""
+    machine = _machine()
+    one = predict_step(_workload("torchtitan", None), PLAN, machine, CALIBRATION)
+    four = predict_step(_workload("torchtitan", 8), PLAN, machine, CALIBRATION)
+    bubble_one, bubble_four = (p.breakdown_s["pipeline_bubble"][0] for p in (one, four))
+    assert bubble_one > 0
+    assert bubble_four == pytest.approx(4 * bubble_one, rel=1e-12)
+    assert four.breakdown_s["compute_mlp"][0] == pytest.approx(
+        one.breakdown_s["compute_mlp"][0], rel=1e-12)
+    assert four.step_time_s[0] > one.step_time_s[0]
+    # Megatron-Core's one schedule over every micro-batch: a stated local batch changes nothing
+    megatron = [predict_step(_workload("megatron-core", local), PLAN, machine, CALIBRATION)
+                for local in (None, 8)]
+    assert megatron[1].step_time_s[0] == pytest.approx(megatron[0].step_time_s[0], rel=1e-12)
+
+
+def test_vocab_stage_fills_and_drains_once_per_schedule() -> None:
+    """Eq. 13 summed over two schedules of 4 micro-batches: 2 x (3 max + first + last) +
+    last x 8 f."""
+    first, last, f = np.array([0.1]), np.array([0.3]), np.array([0.75])
+    expected = 2 * (3 * 0.3 + 0.1 + 0.3) + 0.3 * 8 * 0.75
+    assert vocab_stage_s(first, last, np.array([8.0]), f, np.array([4]),
+                         np.array([2.0]))[0] == pytest.approx(expected)
+
+
+def test_job_local_seqs_round_trips_and_is_checked(tmp_path) -> None:
+    text = """
+model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
+parallelism: {tp: 1, pp: 4, dp: 8}
+batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
+performance: {stack: torchtitan}
+hardware: {system: DGX-H100, nodes: 4}
+"""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    spec = load_job(path)
+    assert spec.workload.local_batch == 8
+    assert job_document(spec)["batch"]["local_seqs"] == 8
+    # 256 / (dp 8 x 48) is no whole number of passes: the layout rule names it
+    path.write_text(text.replace("local_seqs: 8", "local_seqs: 48"))
+    with pytest.raises(MosaicInputError, match=r"dp·local_seqs=8·48 must divide"):
+        predict_job(load_job(path), CALIBRATION)
+
+
+def test_workload_refuses_a_non_positive_local_batch() -> None:
+    with pytest.raises(MosaicInputError, match="local_seqs"):
+        replace(_workload("torchtitan", 8), local_batch=0)
+
+
+def test_kimi_k2_record_runs_two_schedules_and_a_bad_local_batch_is_refused() -> None:
+    """NeMo AutoModel's Kimi-K2 benchmark (kimi_k2_te_deepep.yaml @ 01926a5c44): 512
+    sequences, dp 32, local_batch_size 8 -> 512 / (32 x 8) = 2 passes of 8 micro-batches."""
+    from importlib.resources import files
+
+    import yaml
+
+    from mosaic.config.run_records import run_record_from_raw
+
+    runs = yaml.safe_load((files("mosaic.evaluate") / "data" / "extra_runs.yaml").read_text())
+    raw = next(run for run in runs["runs"] if run["id"] == "automodel-kimi-k2-h100-256-bf16-mla")
+    record = run_record_from_raw(raw, "test")
+    assert schedule_passes(record.workload, record.plan)[0] == 2
+    assert microbatches_per_schedule(record.workload, record.plan)[0] == 8
+    bad = {**raw, "batch": {**raw["batch"], "local_seqs": 48}}
+    with pytest.raises(MosaicInputError, match=r"batch\.local_seqs: 48"):
+        run_record_from_raw(bad, "test")
