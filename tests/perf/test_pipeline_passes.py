@@ -117,3 +117,23 @@ def test_kimi_k2_record_runs_two_schedules_and_a_bad_local_batch_is_refused() ->
     bad = {**raw, "batch": {**raw["batch"], "local_seqs": 48}}
     with pytest.raises(MosaicInputError, match=r"batch\.local_seqs: 48"):
         run_record_from_raw(bad, "test")
+
+
+def test_torchtitan_export_writes_the_stated_local_batch(tmp_path) -> None:
+    """torchtitan's local_batch_size is one rank's batch per pass: 8 of the job's 32 per
+    rank, so the file's global batch 256 over dp 8 takes 4 passes, as costed."""
+    import re
+
+    from mosaic.export import export, spec_from_job
+
+    path = tmp_path / "job.yaml"
+    path.write_text("""
+model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
+parallelism: {tp: 1, pp: 4, dp: 8}
+batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
+performance: {stack: torchtitan}
+hardware: {system: DGX-H100, nodes: 4}
+""")
+    text = export(spec_from_job(load_job(path), str(path)), "torchtitan").text
+    assert re.search(r"^local_batch_size = 8$", text, re.M), text
+    assert re.search(r"^global_batch_size = 256$", text, re.M)

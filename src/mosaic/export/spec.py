@@ -71,6 +71,7 @@ class ExportSpec:
     micro_seqs: int
     global_seqs: int
     seq_len: int
+    local_seqs: int | None = None  # the job's batch.local_seqs: one rank's batch per pass
     sharding: str = "zero1"
     hsdp_shard: int | None = None
     sequence_parallel: bool = False
@@ -692,6 +693,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         tp=plan["tp"], pp=plan["pp"], vpp=plan["vpp"], cp=plan["cp"], dp=plan["dp"],
         ep=plan["ep"], etp=plan["etp"], micro_seqs=plan["micro_batch"],
         global_seqs=workload.global_batch, seq_len=workload.seq_len,
+        local_seqs=workload.local_batch,
         sharding=str(plan["sharding"]), hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", False)),
         checkpointing=str(plan["checkpointing"]),

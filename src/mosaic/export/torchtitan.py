@@ -171,8 +171,10 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
             "or an hsdp shard group of at least ep) or lower ep")
     # torchtitan: local_batch_size is one DP rank's batch per forward; with PP it is split
     # into pipeline micro-batches of pipeline_parallel_microbatch_size, without PP the
-    # global batch beyond local·dp becomes gradient accumulation (job_config.py docs).
-    local = spec.global_seqs // spec.dp if spec.pp > 1 else spec.micro_seqs
+    # global batch beyond local·dp becomes gradient accumulation (job_config.py docs); a
+    # stated batch.local_seqs is that per-pass batch under PP (one schedule per pass).
+    local = ((spec.local_seqs or spec.global_seqs // spec.dp) if spec.pp > 1
+             else spec.micro_seqs)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
