@@ -145,6 +145,34 @@ def gpt_oss_keys(g: Geometry, unsupported: list[str]) -> dict[str, Any]:
     return keys
 
 
+# Decoder blocks whose attention reads base.yml attention_bias as use_bias_in_projections,
+# which biases the Q, K, V and output projections together (layers/attentions.py):
+# models/gpt_oss.py l. 113 @ e591f30 (also olmo3 and qwen2, which mosaic does not write).
+# llama2, mixtral, qwen3, qwen3_moe, qwen3_next and deepseek build their attention bias-free.
+ATTENTION_BIAS_DECODERS = ("gpt_oss",)
+
+
+def attention_bias(g: Geometry, block: str, unsupported: list[str]) -> bool:
+    """base.yml ``attention_bias`` for ``block``; what it cannot build goes to
+    ``unsupported`` (a trial's Qwen2-style model kept ``attention_bias: true`` in a llama2
+    decoder, which never reads it)."""
+    qkv = g.qkv_bias and g.attention is not AttentionKind.MLA
+    parts = [part for part, has in (("the Q, K and V projections", qkv),
+                                    ("the attention output", g.output_bias)) if has]
+    if block not in ATTENTION_BIAS_DECODERS:
+        if parts:
+            unsupported.append(f"attention biases on {' and '.join(parts)}: MaxText's "
+                               f"{block} decoder builds its attention without biases "
+                               "(attention_bias is read by the gpt_oss, olmo3 and qwen2 "
+                               "decoders only); the exported model lacks them")
+        return False
+    if len(parts) == 1:
+        unsupported.append(f"attention_bias biases the Q, K, V and output projections "
+                           f"together; this model biases only {parts[0]}: written true, the "
+                           "exported model has a few more parameters than the costed one")
+    return bool(parts)
+
+
 def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
     """The MaxText decoder block type closest to the geometry (``cycle``: its
     :meth:`~mosaic.export.spec.ExportSpec.full_attention_cycle`)."""
@@ -284,7 +312,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "mlp_activations": mlp_activations(g.activation_name, unsupported),
         "logits_via_embedding": g.tied_embeddings,
         "use_qk_norm": g.qk_norm,
-        "attention_bias": g.qkv_bias,
+        "attention_bias": attention_bias(g, block, unsupported),
         "attention_sink": g.attention_sinks,
         # base.yml rope_max_timescale (the base θ) and partial_rotary_factor, where stated
         **({"rope_max_timescale": g.rope_base} if g.rope_base is not None else {}),

@@ -651,6 +651,18 @@ def _add_bias_linear_parts(geometry: Geometry) -> list[tuple[str, bool]]:
     return parts
 
 
+def bias_free_notes(geometry: Geometry, builder: str) -> list[str]:
+    """What a target whose model builds every linear without a bias (``builder``, e.g.
+    torchtitan v0.2.2's llama3, llama4, qwen3 and deepseek_v3 families: ``bias=False``
+    throughout their ``model.py``) leaves out of a model with biases
+    (:func:`_add_bias_linear_parts`)."""
+    parts = [part for part, has in _add_bias_linear_parts(geometry) if has]
+    if not parts:
+        return []
+    return [f"biases on {_joined(parts)}: {builder} builds them without biases; the "
+            "exported model lacks them"]
+
+
 def megatron_bias_notes(geometry: Geometry) -> list[str]:
     """What Megatron-Core's one add_bias_linear switch does to a model whose biases differ
     by part (:func:`_add_bias_linear_parts`). On (geometry.linear_biases: an attention

@@ -15,6 +15,7 @@ from typing import Any
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import (
     ExportSpec,
+    bias_free_notes,
     fsdp_for_zero,
     lm_head_bias_notes,
     projection_qk_norm_notes,
@@ -70,6 +71,24 @@ def layers_per_stage(layers: int, stages: int, end_weight: int = 1) -> int | Non
     return per_stage if math.ceil(weighted / per_stage) == stages else None
 
 
+def module_notes(spec: ExportSpec) -> list[str]:
+    """Modules the chosen family builds otherwise than the model (torchtitan v0.2.2): every
+    family's FFN is SiLU-gated, ``w2(F.silu(w1(x)) * w3(x))`` (gpt_oss's a clamped SwiGLU,
+    ``models/gpt_oss/model/moe.py``), with plain RMSNorm gains; llama3, llama4, qwen3 and
+    deepseek_v3 build every linear with ``bias=False`` (e.g. ``models/qwen3/model/model.py``
+    l. 184-189, 326-331), gpt_oss biases its attention and experts (``models/gpt_oss``)."""
+    g, family = spec.geometry, model_name(spec)
+    notes = [] if family == "gpt_oss" else bias_free_notes(
+        g, f"torchtitan's {family} family (the flavor must change the modules)")
+    if g.activation_name != "swiglu":
+        notes.append(f"FFN activation {g.activation_name}: torchtitan's {family} family's "
+                     "FFNs are SiLU-gated (SwiGLU); the flavor must change the module")
+    if g.zero_centered_norm:
+        notes.append("zero-centred norm gains (1 + w): torchtitan's RMSNorm stores w; the "
+                     "flavor must change the module")
+    return notes
+
+
 def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The TOML tables and what torchtitan cannot express."""
     g = spec.geometry
@@ -96,6 +115,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if g.norm is NormKind.LAYERNORM:
         unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
                            "(the flavor must change the module)")
+    unsupported += module_notes(spec)
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")

@@ -1,0 +1,113 @@
+"""Model modules a target's decoder or model family builds otherwise are said, not dropped.
+
+By hand from the targets' sources (h31 review, December 2026):
+
+- MaxText @ e591f30: base.yml's ``attention_bias`` reaches ``use_bias_in_projections``
+  (the Q, K, V and output projections together, ``layers/attentions.py``) only in the
+  gpt_oss, olmo3 and qwen2 decoders (``models/gpt_oss.py`` l. 113, ``olmo3.py`` l. 123,
+  ``qwen2.py`` l. 94); llama2, mixtral, qwen3, qwen3_moe and deepseek build their attention
+  without it, i.e. bias-free.
+- torchtitan v0.2.2: llama3, llama4, qwen3 and deepseek_v3 build every linear with
+  ``bias=False`` and a SiLU-gated FFN (``w2(F.silu(w1(x)) * w3(x))``, e.g.
+  ``models/qwen3/model/model.py`` l. 184-189, 326-331) and plain RMSNorm gains; gpt_oss
+  biases q, k, v and o (``models/gpt_oss/model/model.py`` l. 177-192).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mosaic.cli.export_cmd import load_export_spec
+from mosaic.export import export
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DENSE_JOB = {
+    "model": {
+        "layers": 24,
+        "d_model": 2048,
+        "ffn": 8192,
+        "heads": 16,
+        "kv_heads": 4,
+        "head_dim": 128,
+        "vocab": 65536,
+        "norm": "rmsnorm",
+        "activation": "swiglu",
+        "tied_embeddings": False,
+        "mtp_layers": 0,
+    },
+    "parallelism": {"tp": 2, "pp": 2},
+    "batch": {"global_seqs": 256, "micro_seqs": 1, "seq_len": 4096},
+    "performance": {"stack": "megatron-core", "precision": "bf16"},
+    "hardware": {"system": "DGX-H100", "nodes": 2},
+}
+
+
+def _dense(tmp_path: Path, *overrides: str):
+    """A dense GQA model (the job above) with ``overrides``."""
+    job = tmp_path / "dense.yaml"
+    job.write_text(yaml.safe_dump(DENSE_JOB))
+    return load_export_spec(job, list(overrides), None)
+
+
+def _gpt_oss(*overrides: str):
+    return load_export_spec(
+        EXAMPLES / "appendix_e.yaml",
+        ["parallelism.etp=1", "parallelism.pp=8", *overrides],
+        EXAMPLES / "hf" / "gpt-oss-20b.json",
+    )
+
+
+def test_maxtext_says_attention_biases_its_decoder_does_not_build(tmp_path):
+    """A Qwen2-style model (q/k/v biases, no QK-norm) goes to the llama2 decoder and a
+    QK-normed one to qwen3: neither reads attention_bias, so the biases are said and the
+    file does not claim them."""
+    for overrides, block in (
+        (["model.qkv_bias=true"], "llama2"),
+        (["model.qkv_bias=true", "model.qk_norm=true"], "qwen3"),
+        (["model.output_bias=true"], "llama2"),
+    ):
+        result = export(_dense(tmp_path, *overrides), "maxtext")
+        document = yaml.safe_load(result.text)
+        assert document["decoder_block"] == block
+        assert document["attention_bias"] is False, overrides
+        assert any(
+            note.startswith("attention biases") and f"{block} decoder" in note
+            for note in result.unsupported
+        ), (overrides, result.unsupported)
+    plain = export(_dense(tmp_path), "maxtext")
+    assert not any(note.startswith("attention biases") for note in plain.unsupported)
+
+
+def test_maxtext_gpt_oss_biases_all_four_attention_projections_together():
+    """gpt-oss has q/k/v and output biases, which attention_bias builds (no note); a model
+    with one of the two gets all four, said."""
+    both = export(_gpt_oss(), "maxtext")
+    assert yaml.safe_load(both.text)["decoder_block"] == "gpt_oss"
+    assert yaml.safe_load(both.text)["attention_bias"] is True
+    assert not any("attention bias" in note for note in both.unsupported)
+    qkv_only = export(_gpt_oss("model.output_bias=false"), "maxtext")
+    assert yaml.safe_load(qkv_only.text)["attention_bias"] is True
+    assert any("attention_bias" in note and "output" in note for note in qkv_only.unsupported), (
+        qkv_only.unsupported
+    )
+
+
+def test_torchtitan_says_biases_activations_and_norm_gains_its_families_lack(tmp_path):
+    """torchtitan's llama3/qwen3 families are bias-free SwiGLU models with plain RMSNorm
+    gains: a biased, GeGLU, ReLU or zero-centred model is said to need another flavor."""
+    plain = export(_dense(tmp_path), "torchtitan").unsupported
+    cases = {
+        "model.qkv_bias=true": "biases on the Q, K and V projections",
+        "model.activation=geglu": "FFN activation geglu",
+        "model.activation=relu": "FFN activation relu",
+        "model.zero_centered_norm=true": "zero-centred norm gains",
+    }
+    for override, start in cases.items():
+        notes = export(_dense(tmp_path, override), "torchtitan").unsupported
+        assert any(note.startswith(start) for note in notes), (override, notes)
+        assert not any(note.startswith(start) for note in plain)
+    # gpt-oss's family has its attention biases and (clamped) SwiGLU: not said
+    oss = export(_gpt_oss(), "torchtitan").unsupported
+    assert not any(note.startswith(("biases on", "FFN activation")) for note in oss), oss
