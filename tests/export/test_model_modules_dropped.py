@@ -111,3 +111,22 @@ def test_torchtitan_says_biases_activations_and_norm_gains_its_families_lack(tmp
     # gpt-oss's family has its attention biases and (clamped) SwiGLU: not said
     oss = export(_gpt_oss(), "torchtitan").unsupported
     assert not any(note.startswith(("biases on", "FFN activation")) for note in oss), oss
+
+
+def test_maxtext_partial_rotary_factor_only_where_its_decoder_reads_it(tmp_path):
+    """base.yml's partial_rotary_factor reaches the rotary embedding only in the qwen3_next
+    (and qwen3_5) decoders (``layers/attentions.py`` ``is_qwen3_hybrid`` @ e591f30); the
+    llama2 decoder's attention rotates whole heads. A half-rotary dense model is said, and
+    Qwen3-Next keeps its quarter share (HF ``partial_rotary_factor`` 0.25)."""
+    half = export(_dense(tmp_path, "model.rope_fraction=0.5"), "maxtext")
+    document = yaml.safe_load(half.text)
+    assert document["decoder_block"] == "llama2"
+    assert "partial_rotary_factor" not in document
+    assert any(note.startswith("RoPE on 0.5 of each head") for note in half.unsupported), (
+        half.unsupported
+    )
+    nxt = export(load_export_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", [], None), "maxtext")
+    document = yaml.safe_load(nxt.text)
+    assert document["decoder_block"] == "qwen3_next"
+    assert document["partial_rotary_factor"] == 0.25
+    assert not any(note.startswith("RoPE on") for note in nxt.unsupported)

@@ -173,6 +173,25 @@ def attention_bias(g: Geometry, block: str, unsupported: list[str]) -> bool:
     return bool(parts)
 
 
+# Decoder blocks whose rotary embedding reads base.yml partial_rotary_factor: the
+# is_qwen3_hybrid branch of layers/attentions.py @ e591f30 (qwen3_next, qwen3_5); the
+# other decoders' Attention is built without a partial_rotary_factor and rotates whole heads.
+PARTIAL_ROTARY_DECODERS = ("qwen3_next",)
+
+
+def rotary_share(g: Geometry, block: str, unsupported: list[str]) -> dict[str, float]:
+    """``partial_rotary_factor`` where ``block`` reads it; elsewhere a partial share is
+    said (a half-rotary model in a llama2 file would rotate every head dimension)."""
+    if g.rope_fraction == 1.0:
+        return {}
+    if block in PARTIAL_ROTARY_DECODERS:
+        return {"partial_rotary_factor": g.rope_fraction}
+    unsupported.append(f"RoPE on {g.rope_fraction:g} of each head: MaxText's {block} decoder "
+                       "rotates whole heads (partial_rotary_factor is read by its qwen3_next "
+                       "decoder only); not written")
+    return {}
+
+
 def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
     """The MaxText decoder block type closest to the geometry (``cycle``: its
     :meth:`~mosaic.export.spec.ExportSpec.full_attention_cycle`)."""
@@ -316,7 +335,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "attention_sink": g.attention_sinks,
         # base.yml rope_max_timescale (the base θ) and partial_rotary_factor, where stated
         **({"rope_max_timescale": g.rope_base} if g.rope_base is not None else {}),
-        **({"partial_rotary_factor": g.rope_fraction} if g.rope_fraction != 1.0 else {}),
+        **rotary_share(g, block, unsupported),
     }
     if g.attention is AttentionKind.MLA:
         assert g.mla is not None
