@@ -651,7 +651,7 @@ def _add_bias_linear_parts(geometry: Geometry) -> list[tuple[str, bool]]:
     return parts
 
 
-def bias_free_notes(geometry: Geometry, builder: str) -> list[str]:
+def bias_free_notes(geometry: Geometry, builder: str, hint: str = "") -> list[str]:
     """What a target whose model builds every linear without a bias (``builder``, e.g.
     torchtitan v0.2.2's llama3, llama4, qwen3 and deepseek_v3 families: ``bias=False``
     throughout their ``model.py``) leaves out of a model with biases
@@ -660,7 +660,7 @@ def bias_free_notes(geometry: Geometry, builder: str) -> list[str]:
     if not parts:
         return []
     return [f"biases on {_joined(parts)}: {builder} builds them without biases; the "
-            "exported model lacks them"]
+            f"exported model lacks them{hint}"]
 
 
 def megatron_bias_notes(geometry: Geometry) -> list[str]:

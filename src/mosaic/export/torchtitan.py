@@ -79,7 +79,7 @@ def module_notes(spec: ExportSpec) -> list[str]:
     l. 184-189, 326-331), gpt_oss biases its attention and experts (``models/gpt_oss``)."""
     g, family = spec.geometry, model_name(spec)
     notes = [] if family == "gpt_oss" else bias_free_notes(
-        g, f"torchtitan's {family} family (the flavor must change the modules)")
+        g, f"torchtitan's {family} family", " (the flavor must change the modules)")
     if g.activation_name != "swiglu":
         notes.append(f"FFN activation {g.activation_name}: torchtitan's {family} family's "
                      "FFNs are SiLU-gated (SwiGLU); the flavor must change the module")
