@@ -130,3 +130,20 @@ def test_maxtext_partial_rotary_factor_only_where_its_decoder_reads_it(tmp_path)
     assert document["decoder_block"] == "qwen3_next"
     assert document["partial_rotary_factor"] == 0.25
     assert not any(note.startswith("RoPE on") for note in nxt.unsupported)
+
+
+def test_maxtext_says_its_routed_experts_are_gated_whatever_the_activation(tmp_path):
+    """MaxText's routed experts always hold wi_0, wi_1 and wo and compute
+    act(x wi_0) * (x wi_1) (``layers/moe.py`` ``apply_ffn_activation`` @ e591f30), so a
+    non-gated MoE model (GELU experts: two matrices) gets a third matrix: said; SwiGLU
+    experts are not."""
+    job = tmp_path / "moe.yaml"
+    moe = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
+    job.write_text(yaml.safe_dump(DENSE_JOB | {"model": DENSE_JOB["model"] | {"moe": moe}}))
+    gelu = export(load_export_spec(job, ["model.activation=gelu"], None), "maxtext")
+    assert yaml.safe_load(gelu.text)["mlp_activations"] == ["gelu"]
+    assert any(note.startswith("non-gated gelu experts") for note in gelu.unsupported), (
+        gelu.unsupported
+    )
+    swiglu = export(load_export_spec(job, [], None), "maxtext")
+    assert not any(note.startswith("non-gated") for note in swiglu.unsupported)

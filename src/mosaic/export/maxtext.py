@@ -299,6 +299,12 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if g.sliding_window is not None and block != "gpt_oss":
         unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
                            "gemma and gpt_oss decoder blocks)")
+    if g.moe and not g.glu:
+        # the routed experts always hold wi_0, wi_1 and wo and compute act(x wi_0) * (x wi_1)
+        # (layers/moe.py RoutedMoE, apply_ffn_activation @ e591f30), whatever mlp_activations
+        unsupported.append(f"non-gated {g.activation_name} experts: MaxText's routed experts "
+                           "are always gated (act(x wi_0) * x wi_1, a third matrix); the "
+                           "exported experts have 1.5x the costed parameters")
     if g.moe and block not in ("deepseek", "qwen3_next"):
         # shared_experts and first_num_dense_layers are read by the deepseek decoder path
         # (layers/decoders.py, RoutedAndSharedMoE; qwen3_next builds its own gated shared
