@@ -110,7 +110,12 @@ def test_torchtitan_says_biases_activations_and_norm_gains_its_families_lack(tmp
         assert not any(note.startswith(start) for note in plain)
     # gpt-oss's family has its attention biases and (clamped) SwiGLU: not said
     oss = export(_gpt_oss(), "torchtitan").unsupported
-    assert not any(note.startswith(("biases on", "FFN activation")) for note in oss), oss
+    assert not any(
+        note.startswith(("biases on", "FFN activation", "torchtitan's gpt_oss")) for note in oss
+    ), oss
+    # ... and builds them for a model without: said
+    unbiased = export(_gpt_oss("model.qkv_bias=false"), "torchtitan").unsupported
+    assert any(note.startswith("torchtitan's gpt_oss family biases") for note in unbiased), unbiased
 
 
 def test_maxtext_partial_rotary_factor_only_where_its_decoder_reads_it(tmp_path):

@@ -80,6 +80,12 @@ def module_notes(spec: ExportSpec) -> list[str]:
     g, family = spec.geometry, model_name(spec)
     notes = [] if family == "gpt_oss" else bias_free_notes(
         g, f"torchtitan's {family} family", " (the flavor must change the modules)")
+    if family == "gpt_oss" and not (g.qkv_bias and g.output_bias):
+        # gpt_oss's Attention: wq, wk, wv and wo with bias=True (model.py l. 177-192)
+        notes.append("torchtitan's gpt_oss family biases the Q, K, V and output projections, "
+                     "which this model leaves "
+                     + ("unbiased" if not (g.qkv_bias or g.output_bias) else "partly unbiased")
+                     + ": the exported model has a few more parameters than the costed one")
     if g.activation_name != "swiglu":
         notes.append(f"FFN activation {g.activation_name}: torchtitan's {family} family's "
                      "FFNs are SiLU-gated (SwiGLU); the flavor must change the module")
