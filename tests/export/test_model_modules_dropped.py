@@ -152,3 +152,16 @@ def test_maxtext_says_its_routed_experts_are_gated_whatever_the_activation(tmp_p
     )
     swiglu = export(load_export_spec(job, [], None), "maxtext")
     assert not any(note.startswith("non-gated") for note in swiglu.unsupported)
+
+
+def test_qk_norms_the_gpt_oss_decoder_and_family_do_not_build_are_said():
+    """MaxText passes use_qk_norm to the attention of its qwen3, qwen3_moe, qwen3_next,
+    llama4, qwen2 and olmo3 decoders only (models/*.py @ e591f30), not gpt_oss; torchtitan
+    v0.2.2's gpt_oss Attention has no q/k norms. An attention-sink model with QK-norm,
+    exported to either, is said; gpt-oss itself (no QK-norm) is not."""
+    for target in ("maxtext", "torchtitan"):
+        normed = export(_gpt_oss("model.qk_norm=true"), target).unsupported
+        assert any(note.startswith("QK-norm") for note in normed), (target, normed)
+        assert not any(
+            note.startswith("QK-norm") for note in export(_gpt_oss(), target).unsupported
+        )

@@ -192,6 +192,18 @@ def rotary_share(g: Geometry, block: str, unsupported: list[str]) -> dict[str, f
     return {}
 
 
+def qk_norm(g: Geometry, block: str, unsupported: list[str]) -> bool:
+    """base.yml ``use_qk_norm``: mosaic's blocks pass it to their attention except gpt_oss
+    (qwen3.py AttentionWithNorm and Qwen3NextFullAttention read it, gpt_oss.py does not,
+    @ e591f30); there a QK-normed model is said and the key written false."""
+    if g.qk_norm and block == "gpt_oss":
+        unsupported.append("QK-norm: MaxText's gpt_oss decoder builds its attention without "
+                           "q/k norms (use_qk_norm is not read there); the exported model "
+                           "lacks them")
+        return False
+    return g.qk_norm
+
+
 def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
     """The MaxText decoder block type closest to the geometry (``cycle``: its
     :meth:`~mosaic.export.spec.ExportSpec.full_attention_cycle`)."""
@@ -336,7 +348,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "vocab_size": g.vocab,
         "mlp_activations": mlp_activations(g.activation_name, unsupported),
         "logits_via_embedding": g.tied_embeddings,
-        "use_qk_norm": g.qk_norm,
+        "use_qk_norm": qk_norm(g, block, unsupported),
         "attention_bias": attention_bias(g, block, unsupported),
         "attention_sink": g.attention_sinks,
         # base.yml rope_max_timescale (the base θ) and partial_rotary_factor, where stated

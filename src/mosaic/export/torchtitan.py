@@ -86,6 +86,9 @@ def module_notes(spec: ExportSpec) -> list[str]:
                      "which this model leaves "
                      + ("unbiased" if not (g.qkv_bias or g.output_bias) else "partly unbiased")
                      + ": the exported model has a few more parameters than the costed one")
+    if g.qk_norm and family == "gpt_oss":  # its Attention (model.py) has no q/k norms
+        notes.append("QK-norm: torchtitan's gpt_oss family has no q/k norms; the flavor "
+                     "must add them")
     if g.activation_name != "swiglu":
         notes.append(f"FFN activation {g.activation_name}: torchtitan's {family} family's "
                      "FFNs are SiLU-gated (SwiGLU); the flavor must change the module")
