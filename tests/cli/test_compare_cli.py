@@ -282,6 +282,8 @@ def test_a_job_written_as_json_compares_as_a_job(tmp_path):
 
 @pytest.mark.parametrize("option", [["--days", "5"], ["--goodput", "0.9"],
                                     ["--calibration", "default"],
+                                    # a plan carries its own profile: not one per side either
+                                    ["--calibration", "default,paper-p6b200"],
                                     ["--model", str(ROOT / "examples" / "q12_moe.yaml")]])
 def test_job_options_with_two_plans_are_refused_not_ignored(plans, option):
     result = runner.invoke(app, ["compare", str(plans[0]), str(plans[1]), *option])

@@ -10,7 +10,6 @@ import typer
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
-    CalibrationOption,
     JsonFlag,
     console,
     guarded,
@@ -22,6 +21,12 @@ from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError, shown
 from mosaic.limits import check_range, is_finite_number, is_number, shown_number
+from mosaic.report.calibration_terms import (
+    calibrated_terms,
+    calibration_term_table,
+    calibration_text,
+    step_scale_note,
+)
 from mosaic.report.comparison import (
     NO_BREAKDOWNS,
     compare_document,
@@ -35,7 +40,7 @@ from mosaic.report.comparison import (
     side_notes,
     step_rows,
 )
-from mosaic.schema_validation import parse_json, read_text
+from mosaic.schema_validation import parse_json, path_exists, read_text
 from mosaic.units import GIB, HOURS_PER_DAY, SECONDS_PER_DAY
 
 
@@ -57,6 +62,7 @@ def _job_inputs(path: Path, spec: Any, model: dict[str, Any] | None) -> dict[str
     return flatten(canonical if model is None else {**canonical, "model": model})
 
 
+STACK_FIELD = "performance.stack"  # the job field naming its software stack (docs/schema.md)
 NO_HYBRID_LOSS = ("no loss: the law is the paper's MoE transformers' (Sec. 4), not a "
                   "hybrid SSM/attention model's")
 
@@ -96,6 +102,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     result = predict_job(spec, calibration)
     doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)
+    # the profile is an input: one job under two profiles differs there (docs/perf.md)
+    inputs = _job_inputs(path, spec, model) | {"calibration": calibration_text(calibration)}
     gpus = doc["hardware"]["devices"]
     training = doc.get("training")
     if spec.train_goodput is not None:  # the job's own goodput (a plan's, exported)
@@ -123,8 +131,14 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "usable_memory_gib": doc["usable_memory_fraction"] * doc["memory_capacity_gib"],
         "usable_memory_fraction": doc["usable_memory_fraction"],
         "memory_fit": doc["memory_fit"],
-        # the profile the side was predicted with, and its memory scale (1: as derived)
-        "calibration": doc["calibration"], "memory_scale": doc["memory_scale"],
+        # the profile the side was predicted with (its file, or a built-in's name), its
+        # memory scale (1: as derived) and the constants it applied to this job
+        "calibration": doc["calibration"], "calibration_source": calibration_text(calibration),
+        "memory_scale": doc["memory_scale"],
+        "calibration_terms": calibrated_terms(
+            calibration, spec.workload.stack,
+            spec.workload.routing if spec.workload.geometry.moe else None,
+            doc["chi_sys"], doc["step_multiplier"]),
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
         "tokens_stated": training is not None,
@@ -137,14 +151,18 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "geometry": _job_geometry(spec.workload.geometry),
         "breakdown_s": doc["breakdown_s"],
         "memory_breakdown_bytes": doc["memory_breakdown_bytes"],
-        "inputs": _job_inputs(path, spec, model),
+        # the profile is an input: one job under two profiles differs there (docs/perf.md)
+        "inputs": inputs,
         # what the job runs with where its file is silent: the command line's goodput for a
         # job without training.goodput (a review saw "training.goodput | 0.8 | -" under
         # --goodput 0.5), named by where it came from
         "resolved_inputs": flatten(resolved_job_document(spec))
         | ({} if spec.train_goodput is not None else {"training.goodput": goodput}),
-        "resolved_from": {} if spec.train_goodput is not None
-        else {"training.goodput": goodput_from},
+        "resolved_from": ({} if spec.train_goodput is not None
+                          else {"training.goodput": goodput_from})
+        # a profile's own stack for a job that names none (load_job_spec's default_stack)
+        | ({} if calibration.stack is None or STACK_FIELD in inputs
+           else {STACK_FIELD: f"calibration {calibration.name}"}),
     }
 
 
@@ -472,6 +490,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None,
         "usable_memory_fraction": fraction,
         "memory_fit": (memory_fit_text(memory_bytes / GIB, capacity / GIB, fraction, 0.0)
                        if memory_bytes and capacity and fraction else "fits"),
+        # the profile the plan was searched with (its own; --calibration is the jobs')
+        "calibration": (assumptions.get("calibration") or {}).get("name"),
         "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
         "days": envelope.get("days"),
         "goodput": goodput,
@@ -525,8 +545,13 @@ def render(document: dict[str, Any]) -> None:
             print_key_value_table(*part)
     if not has_breakdowns(document):
         console.print(NO_BREAKDOWNS, markup=False, highlight=False)
+    if terms := calibration_term_table(document.get("calibration_terms") or []):
+        print_table("Calibrated terms that differ (each side's profile, for its job)",
+                    ["term", "A", "B", "B / A"], terms)
     if steps := step_rows(document):
         print_table("Step-time breakdown (s)", ["term", "A", "B", "B - A"], steps)
+        if note := step_scale_note(document["a"], document["b"]):
+            console.print(note, markup=False, highlight=False)
     if memory := memory_rows(document):
         print_table("Memory breakdown per GPU (GiB)", ["part", "A", "B", "B - A"], memory)
 
@@ -537,7 +562,7 @@ def side_prices(text: str | None, currency: str) -> tuple[float | None, float | 
     each positive and finite, and in USD noted when it looks like a node's price."""
     if text is None:
         return None, None
-    parts = [part.strip() for part in text.split(",")]
+    parts = _side_parts(text)
     try:
         values = [float(part) for part in parts]
     except ValueError:
@@ -551,6 +576,44 @@ def side_prices(text: str | None, currency: str) -> tuple[float | None, float | 
         for value in values:
             check_price(value)
     return (values[0], values[-1])
+
+
+def _side_parts(text: str) -> list[str]:
+    """An 'A,B' option's items, stripped: one for both sides, or A's and B's."""
+    return [part.strip() for part in text.split(",")]
+
+
+def side_calibration_names(text: str | None) -> tuple[str | None, str | None]:
+    """A's and B's profile from ``--calibration``: one (a built-in name or a YAML file) for
+    both, or 'A,B' for one job under two (what a refit moved); a file whose own name holds
+    a comma is one profile. None: the default profile."""
+    if text is None:
+        return None, None
+    if path_exists(text):
+        return text, text
+    parts = _side_parts(text)
+    if len(parts) not in (1, 2) or not all(parts):
+        raise MosaicInputError("--calibration must be one profile (a built-in name or a YAML "
+                               f"file), or two ('A,B': A's and B's), got {shown(text)}")
+    return parts[0], parts[-1]
+
+
+def side_calibrations(names: tuple[str | None, str | None]) -> tuple[Any, Any]:
+    """A's and B's calibration, loaded once where both sides name one profile; a profile
+    that cannot be read is named by its side where the sides differ."""
+    from mosaic.perf.calibration import load_calibration
+
+    if names[0] == names[1]:
+        calibration = load_calibration(names[0])
+        return calibration, calibration
+    loaded = []
+    for side, name in zip("AB", names, strict=True):
+        try:
+            loaded.append(load_calibration(name))
+        except MosaicInputError as error:
+            raise MosaicInputError(f"--calibration, {side}'s profile {shown(name)}: "
+                                   f"{error}") from None
+    return loaded[0], loaded[1]
 
 
 def _kind(path: Path) -> str:
@@ -596,14 +659,18 @@ def compare(
         help="currency of --price-per-gpu-hour [default: USD]")] = None,
     law_file: Annotated[Path | None, typer.Option(
         "--law", help="law JSON for the jobs' loss (default: Table 2 joint law)")] = None,
-    calibration: CalibrationOption = None,
+    calibration: Annotated[str | None, typer.Option(
+        "--calibration", help="jobs: calibration profile (default, paper-p6b200 or a YAML "
+        "file) for both sides, or A's and B's as 'A,B' (one job under two profiles: what a "
+        "refit moved)")] = None,
     model: ModelOption = None,
     catalog: CatalogFileOption = None,
     json_output: JsonFlag = False,
     html: HtmlOption = None,
 ) -> None:
     """Compare two jobs or two plans: step time, memory, MFU, tokens, loss, cost, inputs."""
-    check_html(html, a, b, law_file, calibration, model, catalog)
+    calibration_names = side_calibration_names(calibration)
+    check_html(html, a, b, law_file, *calibration_names, model, catalog)
     kinds = {_kind(a), _kind(b)}
     if len(kinds) != 1:
         plan = a if _kind(a) == "plan" else b
@@ -643,14 +710,13 @@ def compare(
     apply_catalog(catalog)
     if kinds == {"job"}:
         from mosaic.law.law import load_law_file
-        from mosaic.perf.calibration import load_calibration
 
         law = load_law_file(law_file)
-        calib = load_calibration(calibration)
+        calibrations = side_calibrations(calibration_names)
         block = model_block(model)  # one model for both jobs
         goodput_from = "--goodput" if goodput_given is not None else "--goodput default"
         sides = [job_side(p, calib, law, days, goodput, price, block, goodput_from)
-                 for p, price in zip((a, b), prices, strict=True)]
+                 for p, price, calib in zip((a, b), prices, calibrations, strict=True)]
         if all(side["tokens_stated"] for side in sides):  # no window was used
             assumed = [text for text in assumed if "(--days)" not in text]
         if all(side["goodput_stated"] for side in sides):  # each job states its own

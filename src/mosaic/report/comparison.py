@@ -10,6 +10,7 @@ from typing import Any
 
 from mosaic.arch.counts import sparsity as arch_sparsity
 from mosaic.config.recipes import RecipeSettings
+from mosaic.report.calibration_terms import calibration_term_rows
 from mosaic.report.plan_report import layout_line
 from mosaic.units import GIB
 
@@ -40,8 +41,9 @@ def input_differences(a: dict[str, Any], b: dict[str, Any],
     that side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
     so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
     says which side's value is resolved (``a_stated``/``b_stated`` false) and, where the
-    command line gave it (``*_from``: field -> option, e.g. training.goodput -> --goodput),
-    where from (``a_from``/``b_from``)."""
+    command line gave it (``*_from``: field -> option, e.g. training.goodput -> --goodput,
+    or performance.stack -> a --calibration profile's own stack), where from
+    (``a_from``/``b_from``); such a field is listed even where neither side states it."""
     rows = []
     for key in dict.fromkeys([*a, *b]):
         value_a = a[key] if key in a else (a_resolved or {}).get(key)
@@ -59,14 +61,20 @@ def input_differences(a: dict[str, Any], b: dict[str, Any],
     # release that differs by GPU (a lead's H100 / B200 pair listed only hardware.system,
     # while the B200 recipe also overlapped the DP collectives and recomputed less); other
     # unstated fields differ as consequences of stated ones (dp of another pp) and are not
-    # listed
+    # listed; nor is a field the command line set (``*_from``: the stack of each side's
+    # --calibration profile, for one job under two profiles)
+    origins = (a_from or {}) | (b_from or {})
     if a_resolved is not None and b_resolved is not None:
         for key in dict.fromkeys([*a_resolved, *b_resolved]):
             if (key in a or key in b or a_resolved.get(key) == b_resolved.get(key)
-                    or key.rpartition(".")[2] not in RECIPE_FIELDS):
+                    or (key.rpartition(".")[2] not in RECIPE_FIELDS and key not in origins)):
                 continue
-            rows.append({"field": key, "a": a_resolved.get(key), "b": b_resolved.get(key),
-                         "a_stated": False, "b_stated": False})
+            row = {"field": key, "a": a_resolved.get(key), "b": b_resolved.get(key),
+                   "a_stated": False, "b_stated": False}
+            for side, side_from in (("a", a_from), ("b", b_from)):
+                if key in (side_from or {}):
+                    row[f"{side}_from"] = (side_from or {})[key]
+            rows.append(row)
     return rows
 
 
@@ -165,6 +173,8 @@ def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequ
                                                a.get("resolved_from"),
                                                b.get("resolved_from")),
         "summary": summary,
+        # the calibrated constants that differ (one job under two profiles); none for plans
+        "calibration_terms": calibration_term_rows(a, b),
         "breakdown_s": steps,
         "memory_breakdown_bytes": memory,
     }
@@ -370,11 +380,14 @@ def side_notes(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]
 
 
 def compared_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
-    """The "Compared" rows: each side's source, cluster and layout, model and memory fit."""
+    """The "Compared" rows: each side's source, cluster and layout, model, calibration
+    profile and memory fit."""
     a, b = document["a"], document["b"]
     return [("A", f"{a['kind']} {a['source']}: {a.get('system')}, {layout_text(a)}"),
             ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {layout_text(b)}"),
             ("A model", model_text(a)), ("B model", model_text(b)),
+            ("A calibration", a.get("calibration_source") or a.get("calibration") or "-"),
+            ("B calibration", b.get("calibration_source") or b.get("calibration") or "-"),
             ("A memory per GPU", a.get("memory_fit") or "-"),
             ("B memory per GPU", b.get("memory_fit") or "-")]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.report import comparison
+from mosaic.report.calibration_terms import calibration_term_table, step_scale_note
 from mosaic.report.html.breakdown import (
     memory_breakdown_figure,
     memory_limit_lines,
@@ -36,7 +37,12 @@ def _text_table(headers: list[str], rows: list[list[str]], table_id: str,
 
 
 def _side_name(document: dict[str, Any], side: str) -> str:
-    return f"{side.upper()}: {document[side]['source']}"
+    """'A: job.yaml', with the side's profile where the two sides' differ (one job under
+    two profiles)."""
+    name = f"{side.upper()}: {document[side]['source']}"
+    profiles = [document[s].get("calibration_source") or document[s].get("calibration")
+                for s in SIDES]
+    return name if profiles[0] == profiles[1] else f"{name} ({profiles[SIDES.index(side)]})"
 
 
 def _breakdowns(document: dict[str, Any]) -> list[str]:
@@ -45,7 +51,13 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
         return [note(comparison.NO_BREAKDOWNS)]
     names = [_side_name(document, side) for side in SIDES]
     a, b = document["a"], document["b"]
+    terms = calibration_term_table(document.get("calibration_terms") or [])
+    scale = step_scale_note(a, b)
     return [
+        *([note("Calibrated terms that differ (each side's profile, for its job)"),
+           _text_table(["term", "A", "B", "B / A"], terms, "compare-calibration", 3)]
+          if terms else []),
+        *([note(scale)] if scale else []),
         note("Communication bars are the exposed time per parallel axis (the model hides "
              "overlapped communication behind compute)."),
         row_html(
