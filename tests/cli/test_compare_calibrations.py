@@ -137,3 +137,16 @@ def test_a_profiles_own_stack_is_listed_as_an_input_it_set():
     stack = rows["performance.stack"]
     assert stack["b"] == paper.stack and stack["b_from"] == "calibration paper-p6b200"
     assert doc["a"]["calibration_terms"]["stack"] == stack["a"] != paper.stack
+
+
+def test_a_term_is_listed_only_where_it_differs_beyond_the_printed_digits():
+    """The default profile's balanced-routing factor is 1.00000000954596 against its
+    default 1.0 (perf/data/calibration_default.yaml): printed alike, so not listed; an
+    overlap credit of 0 against -0.001 is, with no ratio over a zero."""
+    from mosaic.report.calibration_terms import calibration_term_rows
+
+    a = {"calibration_terms": {"routing_imbalance": 1.00000000954596, "chi_overlap": 0.0}}
+    b = {"calibration_terms": {"routing_imbalance": 1.0, "chi_overlap": -0.001}}
+    assert calibration_term_rows(a, b) == [
+        {"term": "chi_overlap", "a": 0.0, "b": -0.001, "ratio_b_over_a": None}
+    ]

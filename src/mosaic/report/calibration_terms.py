@@ -10,6 +10,7 @@ the routed experts' time.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mosaic.perf.calibration import Calibration
@@ -64,20 +65,32 @@ def calibrated_terms(
 
 
 def calibration_term_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each calibrated term of the two sides (their ``calibration_terms``) that differs:
-    term, A's, B's and B / A; none where a side has no terms (a plan)."""
+    """Each calibrated term of the two sides (their ``calibration_terms``) that differs
+    (:func:`_differs`): term, A's, B's and B / A; none where a side has no terms (a plan)."""
     terms_a, terms_b = a.get("calibration_terms"), b.get("calibration_terms")
     if not terms_a or not terms_b:
         return []
     rows = []
     for key, _ in CALIBRATED_TERMS:
         value_a, value_b = terms_a.get(key), terms_b.get(key)
-        if value_a == value_b:
+        if not _differs(value_a, value_b):
             continue
         numbers = all(isinstance(v, int | float) for v in (value_a, value_b))
         ratio = value_b / value_a if numbers and value_a else None
         rows.append({"term": key, "a": value_a, "b": value_b, "ratio_b_over_a": ratio})
     return rows
+
+
+# how far apart two values of a term are to be listed: beyond the 6 significant digits the
+# table prints (the default profile's balanced-routing factor 1.0000000095 is no change)
+SAME_TERM_REL_TOL = 1e-6
+
+
+def _differs(a: float | str | None, b: float | str | None) -> bool:
+    """Whether a term's two values differ beyond SAME_TERM_REL_TOL (names: at all)."""
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return not math.isclose(a, b, rel_tol=SAME_TERM_REL_TOL)
+    return a != b
 
 
 def calibration_term_table(rows: list[dict[str, Any]]) -> list[list[str]]:
