@@ -137,3 +137,29 @@ hardware: {system: DGX-H100, nodes: 4}
     text = export(spec_from_job(load_job(path), str(path)), "torchtitan").text
     assert re.search(r"^local_batch_size = 8$", text, re.M), text
     assert re.search(r"^global_batch_size = 256$", text, re.M)
+
+
+def test_explain_offers_the_whole_local_batch_and_its_overrides_reproduce_it(tmp_path) -> None:
+    """4 passes of 8 on a torchtitan pipeline: `explain` offers the whole per-rank batch of
+    32 (one schedule, a quarter of the bubble), and `--set batch.local_seqs=32` predicts
+    exactly that step."""
+    from mosaic.evaluate.diagnosis import diagnose
+
+    path = tmp_path / "job.yaml"
+    path.write_text("""
+model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
+parallelism: {tp: 1, pp: 4, dp: 8}
+batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
+performance: {stack: torchtitan}
+hardware: {system: DGX-H100, nodes: 4}
+""")
+    current = predict_job(load_job(path), CALIBRATION)
+    lever = next(lever for lever in diagnose(current, CALIBRATION).levers
+                 if lever.name == "local_batch_whole")
+    assert lever.overrides == ("batch.local_seqs=32",)
+    assert lever.step_time_s < current.prediction.step_time_s[0]
+    applied = predict_job(load_job(path, list(lever.overrides)), CALIBRATION)
+    assert applied.prediction.step_time_s[0] == pytest.approx(lever.step_time_s, rel=1e-12)
+    bubble = (current.prediction.breakdown_s["pipeline_bubble"][0],
+              applied.prediction.breakdown_s["pipeline_bubble"][0])
+    assert bubble[1] == pytest.approx(bubble[0] / 4, rel=1e-12)

@@ -823,7 +823,7 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "dispatcher_hybridep", "fused_grouped_mlp",
                              "fp8_dot_product_attention", "offload_none", "offload_halve",
                              *(f"precision_{r}" for r in Fp8Recipe if r != Fp8Recipe.NONE),
-                             "routed_experts_mxfp8"})
+                             "routed_experts_mxfp8", "local_batch_whole"})
 
 
 def _whole_local_batch(workload: Workload, row: PlanRow) -> bool:
@@ -897,6 +897,16 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",
                replace(workload, ep_overlap=True))
     yield from _dispatcher_what_ifs(workload, machine, row)
+    per_rank = workload.global_batch // int(row["dp"])
+    if (workload.traits.pipeline_schedule_per_pass and int(row["pp"]) > 1
+            and workload.local_batch is not None and workload.local_batch < per_rank):
+        # each pass of the local batch is a whole pipeline schedule with its own fill and
+        # drain (perf/schedule.schedule_passes); the whole per-rank batch in one pass pays
+        # the bubble once
+        yield ("local_batch_whole", f"local batch {workload.local_batch} -> {per_rank} "
+               "sequences per rank: one pipeline schedule per step (torchtitan "
+               "training.local_batch_size, NeMo AutoModel step_scheduler.local_batch_size)",
+               replace(workload, local_batch=per_rank))
     geometry = workload.geometry
     if (not workload.fused_grouped_mlp and workload.traits.fused_grouped_mlp
             and experts_fuse_grouped_mlp(geometry)
