@@ -1693,3 +1693,17 @@ def test_a_refused_sequence_parallel_is_shown_beside_its_switch(studio):
     status, body = studio.call("/api/perf", {"form": {
         **form, "parallelism.sequence_parallel": "false"}})
     assert status == 200, body
+
+
+def test_a_local_batch_is_edited_and_checked_beside_its_field(studio):
+    """batch.local_seqs (torchtitan's and NeMo AutoModel's local batch): 1024 sequences over
+    dp 32 are 32 per rank; a local batch of 8 runs 4 pipeline schedules on torchtitan (four
+    bubbles), one of 48 is no whole number of passes and is refused beside its field."""
+    form = {**DEFAULT_FORM, "performance.stack": "torchtitan", "parallelism.sharding": "fsdp"}
+    _, whole = studio.call("/api/perf", {"form": form})
+    _, passes = studio.call("/api/perf", {"form": {**form, "batch.local_seqs": "8"}})
+    bubble = [body["prediction"]["breakdown_s"]["pipeline_bubble"] for body in (whole, passes)]
+    assert bubble[1] == pytest.approx(4 * bubble[0], rel=1e-9)
+    status, body = studio.call("/api/perf", {"form": {**form, "batch.local_seqs": "48"}})
+    assert status == 422 and "batch.local_seqs" in body["errors"], body
+    assert "local_seqs=32·48 must divide" in body["errors"]["batch.local_seqs"]

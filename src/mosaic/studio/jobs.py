@@ -219,7 +219,7 @@ _NAMED_STACKS = tuple(name for name in known_stacks() if name != "other")
 # by the form field that sets each: a trial's edited batch, sequence length or ladder E was
 # refused beside the nodes and degrees alone
 _QUANTITY_FIELDS = {"global_batch": "batch.global_seqs", "seq_len": "batch.seq_len",
-                    "experts": "ladder.experts"}
+                    "local_seqs": "batch.local_seqs", "experts": "ladder.experts"}
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard",
                                        "sequence_parallel", "sharding", *_QUANTITY_FIELDS,
                                        *map(re.escape, _NAMED_STACKS))) + r")\b")

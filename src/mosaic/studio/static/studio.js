@@ -19,7 +19,9 @@
     ["Batch", [
       ["batch.global_seqs", "global batch (seqs)", "number"],
       ["batch.seq_len", "sequence length", "number"],
-      ["batch.micro_seqs", "micro-batch (seqs)", "number"]]],
+      ["batch.micro_seqs", "micro-batch (seqs)", "number"],
+      // torchtitan's and NeMo AutoModel's local batch: one pipeline schedule per pass
+      ["batch.local_seqs", "local batch per pass (seqs; empty: all)", "number"]]],
     ["Layout", [
       ["parallelism.tp", "tensor parallel tp", "number"],
       ["parallelism.pp", "pipeline pp", "number"],
