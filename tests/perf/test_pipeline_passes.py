@@ -28,6 +28,20 @@ CALIBRATION = default_calibration()
 PLAN = single_plan(pp=4, dp=8, micro_batch=1)
 
 
+@pytest.fixture
+def torchtitan_job(tmp_path):
+    """A torchtitan pipeline job whose local batch of 8 makes 4 passes (32 per rank)."""
+    path = tmp_path / "job.yaml"
+    path.write_text("""
+model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
+parallelism: {tp: 1, pp: 4, dp: 8}
+batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
+performance: {stack: torchtitan}
+hardware: {system: DGX-H100, nodes: 4}
+""")
+    return path
+
+
 def _workload(stack: str, local_batch: int | None) -> Workload:
     return Workload(geometry=ladder_geometry(4), global_batch=256, seq_len=2048,
                     stack=stack, local_batch=local_batch)
@@ -76,21 +90,13 @@ def test_vocab_stage_fills_and_drains_once_per_schedule() -> None:
                          np.array([2.0]))[0] == pytest.approx(expected)
 
 
-def test_job_local_seqs_round_trips_and_is_checked(tmp_path) -> None:
-    text = """
-model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
-parallelism: {tp: 1, pp: 4, dp: 8}
-batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
-performance: {stack: torchtitan}
-hardware: {system: DGX-H100, nodes: 4}
-"""
-    path = tmp_path / "job.yaml"
-    path.write_text(text)
+def test_job_local_seqs_round_trips_and_is_checked(torchtitan_job) -> None:
+    path = torchtitan_job
     spec = load_job(path)
     assert spec.workload.local_batch == 8
     assert job_document(spec)["batch"]["local_seqs"] == 8
     # 256 / (dp 8 x 48) is no whole number of passes: the layout rule names it
-    path.write_text(text.replace("local_seqs: 8", "local_seqs: 48"))
+    path.write_text(path.read_text().replace("local_seqs: 8", "local_seqs: 48"))
     with pytest.raises(MosaicInputError, match=r"dp·local_seqs=8·48 must divide"):
         predict_job(load_job(path), CALIBRATION)
 
@@ -119,46 +125,31 @@ def test_kimi_k2_record_runs_two_schedules_and_a_bad_local_batch_is_refused() ->
         run_record_from_raw(bad, "test")
 
 
-def test_torchtitan_export_writes_the_stated_local_batch(tmp_path) -> None:
+def test_torchtitan_export_writes_the_stated_local_batch(torchtitan_job) -> None:
     """torchtitan's local_batch_size is one rank's batch per pass: 8 of the job's 32 per
     rank, so the file's global batch 256 over dp 8 takes 4 passes, as costed."""
     import re
 
     from mosaic.export import export, spec_from_job
 
-    path = tmp_path / "job.yaml"
-    path.write_text("""
-model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
-parallelism: {tp: 1, pp: 4, dp: 8}
-batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
-performance: {stack: torchtitan}
-hardware: {system: DGX-H100, nodes: 4}
-""")
-    text = export(spec_from_job(load_job(path), str(path)), "torchtitan").text
+    text = export(spec_from_job(load_job(torchtitan_job), str(torchtitan_job)), "torchtitan").text
     assert re.search(r"^local_batch_size = 8$", text, re.M), text
     assert re.search(r"^global_batch_size = 256$", text, re.M)
 
 
-def test_explain_offers_the_whole_local_batch_and_its_overrides_reproduce_it(tmp_path) -> None:
+def test_explain_offers_the_whole_local_batch_and_its_overrides_reproduce_it(torchtitan_job
+                                                                            ) -> None:
     """4 passes of 8 on a torchtitan pipeline: `explain` offers the whole per-rank batch of
     32 (one schedule, a quarter of the bubble), and `--set batch.local_seqs=32` predicts
     exactly that step."""
     from mosaic.evaluate.diagnosis import diagnose
 
-    path = tmp_path / "job.yaml"
-    path.write_text("""
-model: {layers: 8, d_model: 1024, heads: 8, ffn: 4096, vocab: 32000}
-parallelism: {tp: 1, pp: 4, dp: 8}
-batch: {global_seqs: 256, micro_seqs: 1, local_seqs: 8, seq_len: 2048}
-performance: {stack: torchtitan}
-hardware: {system: DGX-H100, nodes: 4}
-""")
-    current = predict_job(load_job(path), CALIBRATION)
+    current = predict_job(load_job(torchtitan_job), CALIBRATION)
     lever = next(lever for lever in diagnose(current, CALIBRATION).levers
                  if lever.name == "local_batch_whole")
     assert lever.overrides == ("batch.local_seqs=32",)
     assert lever.step_time_s < current.prediction.step_time_s[0]
-    applied = predict_job(load_job(path, list(lever.overrides)), CALIBRATION)
+    applied = predict_job(load_job(torchtitan_job, list(lever.overrides)), CALIBRATION)
     assert applied.prediction.step_time_s[0] == pytest.approx(lever.step_time_s, rel=1e-12)
     bubble = (current.prediction.breakdown_s["pipeline_bubble"][0],
               applied.prediction.breakdown_s["pipeline_bubble"][0])
