@@ -154,3 +154,24 @@ def test_explain_offers_the_whole_local_batch_and_its_overrides_reproduce_it(tor
     bubble = (current.prediction.breakdown_s["pipeline_bubble"][0],
               applied.prediction.breakdown_s["pipeline_bubble"][0])
     assert bubble[1] == pytest.approx(bubble[0] / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize("sharding", ["fsdp", "none"])
+def test_gradients_are_reduced_once_per_schedule(sharding: str) -> None:
+    """torch.distributed.pipelining ends every ``schedule.step`` with
+    ``stage.perform_reduce_grad`` (FSDP: post_backward reduce-scatter and reshard; DDP: the
+    last backward outside ``no_sync``), torch 2.13 schedules.py/stage.py: four passes reduce
+    four times and re-gather each unit four times, with the same collectives each time, so
+    every data-parallel term is exactly 4x that of one schedule."""
+    from mosaic.perf.plan import Sharding
+
+    machine, plan = _machine(), single_plan(pp=4, dp=8, micro_batch=1,
+                                            sharding=Sharding.parse(sharding))
+    one, four = (predict_step(_workload("torchtitan", local), plan, machine, CALIBRATION)
+                 for local in (None, 8))
+    terms = (("fsdp_all_gather", "fsdp_reduce_scatter") if sharding == "fsdp"
+             else ("dp_all_reduce",))
+    for term in terms:
+        assert one.breakdown_s[term][0] > 0, term
+        assert four.breakdown_s[term][0] == pytest.approx(4 * one.breakdown_s[term][0],
+                                                          rel=1e-12), term

@@ -32,7 +32,7 @@ from mosaic.perf.memory import (
     shard_degrees,
 )
 from mosaic.perf.plan import ParallelPlans, Sharding
-from mosaic.perf.schedule import fsdp_gathered_through_step
+from mosaic.perf.schedule import fsdp_gathered_through_step, schedule_passes
 from mosaic.perf.shapes import local_experts
 from mosaic.perf.workload import Workload
 
@@ -237,7 +237,12 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = (np.maximum(0.0, np.maximum(gather + scatter, replica) - bwd_block_s)
                        - gather_bwd_exposed)
-    reductions = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb)
+    # torch.distributed.pipelining ends every schedule.step with stage.perform_reduce_grad
+    # (FSDP post_backward: reduce-scatter, reshard; DDP: the last backward outside no_sync;
+    # torch 2.13 pipelining/schedules.py, stage.py): a stack that runs one schedule per pass
+    # reduces, and re-gathers, once per pass (schedule.schedule_passes)
+    schedules = np.where(plans.pp > 1, schedule_passes(workload, plans), 1)
+    reductions = np.where(fsdp_gathered_through_step(workload, plans), schedules, n_mb)
     gathers_per_step = reductions * blocks
     # The two ends of each pass have no compute to hide behind (Zhao et al. 2023, "PyTorch
     # FSDP", arXiv 2304.11277, Fig. 5: AG0 runs before FWD0, RS0 after BWD0): the first unit's
@@ -265,18 +270,20 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
         return np.where(uses, np.maximum(edge * collective_s, collective_s - hide_s), 0.0)
 
     terms = {
-        "dp_all_reduce": exposed(collectives["all_reduce"], hide_bwd, is_ddp),
-        "dp_reduce_scatter": exposed(collectives["reduce_scatter"], hide_bwd, is_zero),
-        "dp_all_gather": exposed(collectives["all_gather"], hide_fwd, is_zero),
+        "dp_all_reduce": schedules * exposed(collectives["all_reduce"], hide_bwd, is_ddp),
+        "dp_reduce_scatter": schedules * exposed(collectives["reduce_scatter"], hide_bwd,
+                                                 is_zero),
+        "dp_all_gather": schedules * exposed(collectives["all_gather"], hide_fwd, is_zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
         "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero),
     }
     # Every collective counted once as the exposure formulas count it: FSDP's forward and
     # backward gather and its reduce-scatter per unit, HSDP's replica all-reduce per
-    # reduction; DDP's all-reduce, ZeRO's reduce-scatter and all-gather per step.
+    # reduction; DDP's all-reduce, ZeRO's reduce-scatter and all-gather per schedule.
     step_collectives = (
-        np.where(is_ddp, collectives["all_reduce"], 0.0)
-        + np.where(is_zero, collectives["reduce_scatter"] + collectives["all_gather"], 0.0)
+        schedules * np.where(is_ddp, collectives["all_reduce"], 0.0)
+        + schedules * np.where(is_zero, collectives["reduce_scatter"]
+                               + collectives["all_gather"], 0.0)
         + np.where(is_fsdp, gathers_per_step * (2 * gather + scatter) + reductions * replica,
                    0.0))
     terms["dp_overlap_contention"] = hidden_collective_slowdown_s(step_collectives,

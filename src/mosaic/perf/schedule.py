@@ -167,7 +167,8 @@ def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.nd
 
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Whether fully sharded units stay gathered from their first forward to their last
-    backward of the step, with gradients accumulated unsharded and reduce-scattered once:
+    backward of each pipeline schedule (:func:`schedule_passes`; one per step unless the
+    stack runs one per pass), gradients accumulated unsharded and reduce-scattered once:
     with pp > 1 on a stack that does so (the ``fsdp_pipeline_keeps_gathered`` trait:
     torchtitan does not reshard after forward under PP, and torch.distributed.pipelining
     syncs gradients only in the last backward; Megatron-FSDP does neither), and without PP
