@@ -684,3 +684,54 @@ def test_validate_counts_runs_outside_the_calibrations_envelope_as_perf_places_e
         assert tally["runs_outside"] == 4 and expected["stack"] == 4
     text = runner.invoke(app, ["validate", str(runs), "--calibration", calibration]).output
     assert (f"note: {len(outside_ids)} of 4 run(s)" in text) == bool(outside_ids)
+
+
+TORCHTITAN_RUN = "example-torchtitan-llama3.1-8b-h100-8-fsdp"  # the example's one torchtitan run
+
+
+def _calibrate_json(tmp_path: Path, *options: str) -> tuple[dict, str]:
+    """`mosaic calibrate` on the example runs, left out one run at a time: its report and
+    stderr."""
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"), "--cv",
+                                 "run", "--json", *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), result.stderr
+
+
+def test_cross_validation_scores_a_lone_stack_as_the_written_profile_predicts_it(tmp_path):
+    """A trial's only torchtitan run was scored held out with the fold's shared multiplier
+    while the profile written from the same other runs keeps the base's torchtitan value:
+    its held-out error is now what `validate --calibration` gives that run under the profile
+    `calibrate --exclude` writes without it (the base, default, was fitted on other runs)."""
+    report, _ = _calibrate_json(tmp_path, "--out", str(tmp_path / "all.yaml"))
+    held_out = report["cross_validation"]
+    without = tmp_path / "without.yaml"
+    _calibrate_json(tmp_path, "--exclude", TORCHTITAN_RUN, "--out", str(without))
+    assert load_calibration(str(without)).stack_multiplier("torchtitan") == \
+        load_calibration("default").stack_multiplier("torchtitan")  # kept, not fitted
+    validated = json.loads(runner.invoke(app, ["validate", str(EXAMPLES / "runs_example.yaml"),
+                                               "--calibration", str(without), "--json"]).stdout)
+    error = next(row["error"] for row in validated["runs"] if row["id"] == TORCHTITAN_RUN)
+    assert held_out["per_group_mape"][TORCHTITAN_RUN] == pytest.approx(abs(error), rel=1e-4)
+    assert held_out["base_fitted_runs_recorded"] and TORCHTITAN_RUN in held_out[
+        "base_values_kept_for"]
+
+
+def test_cross_validation_over_a_base_fitted_on_the_runs_stays_strict(tmp_path):
+    """A base fitted on the held-out runs (or one whose file does not say what it was fitted
+    on) lends no fold its values, and calibrate says why."""
+    fitted = tmp_path / "fitted.yaml"
+    _calibrate_json(tmp_path, "--out", str(fitted))
+    report, stderr = _calibrate_json(tmp_path, "--base", str(fitted), "--out",
+                                     str(tmp_path / "again.yaml"))
+    assert report["cross_validation"]["base_values_kept_for"] == []
+    assert "'fitted' was fitted on runs of 3 held-out group(s)" in stderr
+    document = yaml.safe_load(fitted.read_text())
+    del document["coverage"]["fitted_runs"]
+    older = tmp_path / "older.yaml"
+    older.write_text(yaml.safe_dump(document))
+    report, stderr = _calibrate_json(tmp_path, "--base", str(older), "--out",
+                                     str(tmp_path / "again2.yaml"))
+    held_out = report["cross_validation"]
+    assert not held_out["base_fitted_runs_recorded"] and held_out["base_values_kept_for"] == []
+    assert "does not record the runs it was fitted on" in stderr

@@ -135,13 +135,40 @@ def test_closed_form_keeps_the_launch_floor_max_of_eq_11():
         assert calibrated_step_time_s(run, calibration)[0] == pytest.approx(expected)
 
 
-def test_leave_one_group_out_predicts_held_out_stack_from_the_others():
-    baselines = synthetic_baselines({"megatron-core": 1.2, "nemo": 1.2})
+def fitted_on(run_ids: tuple[str, ...] | None):
+    """BASE as if fitted on ``run_ids`` (its coverage.fitted_runs); None: not recorded."""
+    if run_ids is None:
+        return replace(BASE, coverage=None)
+    return replace(BASE, coverage=replace(BASE.coverage, fitted_runs=run_ids))
+
+
+@pytest.mark.parametrize("recorded", ["these runs", "one held-out run", "not recorded"])
+def test_leave_one_group_out_predicts_held_out_stack_from_the_others(recorded):
+    """A base fitted on (or maybe fitted on) the held-out runs lends them nothing: each
+    held-out group's stack is unseen in its training fold and predicted with the fold's
+    shared multiplier, 1.2, so the held-out error is ~0."""
+    baselines = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.2})
     groups = ["a" if s == "megatron-core" else "b" for s in baselines.stacks]
-    cv = leave_one_group_out(baselines, groups, BASE)
-    # Each held-out group's stack is unseen in its training fold: predicted with the shared
-    # multiplier, 1.2, so the held-out error is ~0.
+    base = fitted_on({"these runs": baselines.ids, "one held-out run": ("run0", "run39"),
+                      "not recorded": None}[recorded])
+    cv = leave_one_group_out(baselines, groups, base)
     assert np.abs(cv.errors).max() < 1e-2
+    assert cv.base_kept_groups == ()
+
+
+def test_a_fold_the_base_was_not_fitted_on_keeps_the_base_stack_value():
+    """A base fitted on other runs (the shipped profile, on the published runs) keeps its
+    values for a stack the fold's runs lack, as the profile `mosaic calibrate` writes does:
+    the held-out torchtitan runs (measured 1.5x the analytic step) are predicted with the
+    base's torchtitan multiplier, error 1.5 / m_torchtitan - 1, not the fold's 1.2."""
+    baselines = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.5})
+    groups = ["a" if s == "megatron-core" else "b" for s in baselines.stacks]
+    base = fitted_on(("published-run-1", "published-run-2"))
+    cv = leave_one_group_out(baselines, groups, base)
+    held_out = np.array(baselines.stacks) == "torchtitan"
+    expected = 1.5 / BASE.stack_overhead["torchtitan"] - 1  # analytic x multiplier: no chi
+    assert cv.errors[held_out] == pytest.approx(expected, rel=1e-6)
+    assert cv.base_kept_groups == ("a", "b")
 
 
 def test_built_in_calibration_loads_with_provenance():

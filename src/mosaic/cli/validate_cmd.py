@@ -39,6 +39,7 @@ from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.calibrate import (
     MIN_RUNS_PER_PARAMETER,
     CrossValidation,
+    base_fitted_runs,
     calibrated_step_time_s,
     chosen_constants,
     fit_calibration,
@@ -547,7 +548,12 @@ def calibrate(
             cv_result = leave_one_group_out(baselines, groups,
                                             replace(start, fitted_constants=constants),
                                             bar(f"leave-one-{cv}-out refits"))
-        report["cross_validation"] = {"grouping": cv, **cv_result.summary(moe)}
+        report["cross_validation"] = {
+            "grouping": cv, **cv_result.summary(moe),
+            # which folds kept the base's values for what their runs lack, as the written
+            # profile does: those holding out none of the base's fitted runs (evaluate.calibrate)
+            "base_fitted_runs_recorded": base_fitted_runs(start) is not None,
+            "base_values_kept_for": list(cv_result.base_kept_groups)}
         # the same runs under the starting calibration as it is: whether refitting helped
         as_started = CrossValidation(tuple(groups), calibrated_step_time_s(baselines, start),
                                      baselines.measured_step_time_s)
@@ -584,6 +590,7 @@ def calibrate(
         _echo_memory_scale_notes(report["memory_scale"], fit_memory)
         _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
         _echo_fit_size(report)
+        _echo_cv_base(report, start.name)
         _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
         return
     constants = report["calibration"]["constants"]
@@ -624,6 +631,7 @@ def calibrate(
     _echo_memory_scale_notes(report["memory_scale"], fit_memory)
     _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
     _echo_fit_size(report)
+    _echo_cv_base(report, start.name)
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(not_scored)
@@ -748,6 +756,28 @@ def _note_lopsided_groups(cv: str, groups: list[str]) -> None:
                    f"leaves {len(groups) - size} run(s) to fit, so its held-out error says "
                    "more about that small fit than the model; --cv run leaves one run out",
                    err=True)
+
+
+def _echo_cv_base(report: dict[str, Any], base: str) -> None:
+    """Where cross-validation folds did not keep the starting profile's values for what
+    their training runs lack (the written profile keeps them), why (evaluate.calibrate.
+    leave_one_group_out)."""
+    cv = report.get("cross_validation")
+    if cv is None:
+        return
+    dropped = len(cv["per_group_mape"]) - len(cv["base_values_kept_for"])
+    if not cv["base_fitted_runs_recorded"]:
+        typer.echo(f"note: '{base}' does not record the runs it was fitted on "
+                   "(coverage.fitted_runs; profiles written by older versions): the "
+                   "cross-validation treats it as possibly fitted on the held-out runs, so a "
+                   "stack or routing regime a fold's runs lack gets the fold's own fit, not "
+                   f"'{base}'s value as the written profile does; the held-out error may "
+                   "overstate the profile's", err=True)
+    elif dropped:
+        typer.echo(f"note: '{base}' was fitted on runs of {dropped} held-out group(s): "
+                   f"those folds do not keep '{base}'s values (they would predict runs "
+                   "with their own fit), so a stack or routing regime their runs lack gets "
+                   "the fold's own fit", err=True)
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:

@@ -302,8 +302,9 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     traffic factors. With ``keep_unseen``, the stacks and routing regimes the runs lack keep
     ``base``'s own entries rather than falling to the fit's 'default' (a trial: a profile
     fitted on megatron-core runs moved torchtitan predictions 13%, with nothing learnt about
-    torchtitan). Cross-validation folds leave it off: a base fitted on every run would carry
-    a held-out stack's own value into its held-out prediction."""
+    torchtitan). Cross-validation folds set it only where the base was fitted on none of the
+    held-out runs (:func:`leave_one_group_out`): a base fitted on every run would carry a
+    held-out stack's own value into its held-out prediction."""
     stacks, routings = _fit_groups(baselines)
     index = np.array([stacks.index(s) for s in baselines.stacks])
     routing_index = np.array([routings.index(r) if r in routings else -1
@@ -496,6 +497,9 @@ class CrossValidation:
     groups: tuple[str, ...]  # group of each run
     predicted_step_time_s: np.ndarray
     measured_step_time_s: np.ndarray
+    # the groups whose fold kept the base's values for what its training runs lack, as the
+    # written profile does (the base was fitted on none of their runs: leave_one_group_out)
+    base_kept_groups: tuple[str, ...] = ()
 
     @property
     def errors(self) -> np.ndarray:
@@ -531,23 +535,47 @@ def in_sample_errors(baselines: RecordBaselines, calibration: Calibration) -> Cr
                            measured_step_time_s=baselines.measured_step_time_s)
 
 
+def base_fitted_runs(base: Calibration) -> frozenset[str] | None:
+    """The ids of the runs ``base`` was fitted on (its file's ``coverage.fitted_runs``), or
+    None where its file does not record them (a profile written before it did, or written by
+    hand): such a base may have been fitted on any run."""
+    recorded = () if base.coverage is None else base.coverage.fitted_runs
+    return frozenset(recorded) if recorded else None
+
+
+def base_independent_of(base: Calibration, run_ids: Sequence[str]) -> bool:
+    """Whether ``base`` is known to have been fitted on none of ``run_ids``: only then may a
+    cross-validation fold holding them out keep the base's values."""
+    fitted_on = base_fitted_runs(base)
+    return fitted_on is not None and fitted_on.isdisjoint(run_ids)
+
+
 def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
                         base: Calibration, progress: ProgressFn | None = None
                         ) -> CrossValidation:
     """Predict each group's runs with a calibration fitted on all other groups
     (``progress(done, total)`` after each refit).
 
-    Every fold starts the free χ_sys constants (c_A2A, c_PP, c_ovl) at their neutral 0: a
-    fold refits those its runs inform, and one no run of the fold informs (c_A2A with no
-    cross-node all-to-all left) stays 0. The base's value would not do: a base fitted on
-    every run (the shipped profile a refit starts from) carries the held-out runs in it, and
-    keeping it made the held-out error an in-sample one.
+    A fold whose held-out runs ``base`` was fitted on none of (:func:`base_independent_of`)
+    is the fit `mosaic calibrate` writes (cli/validate_cmd.py), on the other groups: it
+    keeps the base's values for the stacks, routing regimes and χ_sys constants its runs
+    lack (``keep_unseen``), so a run of the only stack of its kind is scored as the written
+    profile would predict a new run of it (a trial: 35.5% held out with the shared
+    multiplier, 23.6% under the base's torchtitan value that the profile keeps).
+
+    Any other fold (the base was, or may have been, fitted on a held-out run: the shipped
+    profile refitted on the published runs) drops the base's values: its free χ_sys
+    constants (c_A2A, c_PP, c_ovl) start at their neutral 0, so one no run of the fold
+    informs stays 0, and a stack the fold lacks gets the fold's shared multiplier. Keeping
+    the base's values there made the held-out error an in-sample one.
     """
     neutral = {name: 0.0 for name in ("chi_a2a", "chi_pp", "chi_overlap")
                if name in base.fitted_constants}
-    fold_base = replace(base, **neutral)
+    strict_base = replace(base, **neutral)
     groups_array = np.array(groups)
+    ids = np.array(baselines.ids)
     predicted = np.empty(len(groups_array))
+    kept: list[str] = []
     for done, group in enumerate(sorted(set(groups)), start=1):
         held_out = groups_array == group
         if held_out.all():
@@ -557,10 +585,15 @@ def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
                 "first '-', --cv group by model and GPU); name your runs by source "
                 "(e.g. 'clusterA-...', 'clusterB-...'), use the other grouping, or fit "
                 "without cross-validation with --cv none")
-        fitted = fit_calibration(baselines.subset(~held_out), fold_base, name="cv",
-                                 provenance="cv")
+        independent = base_independent_of(base, ids[held_out].tolist())
+        if independent:
+            kept.append(group)
+        fitted = fit_calibration(baselines.subset(~held_out),
+                                 base if independent else strict_base, name="cv",
+                                 provenance="cv", keep_unseen=independent)
         predicted[held_out] = calibrated_step_time_s(baselines.subset(held_out), fitted)
         if progress is not None:
             progress(done, len(set(groups)))
     return CrossValidation(groups=tuple(groups), predicted_step_time_s=predicted,
-                           measured_step_time_s=baselines.measured_step_time_s)
+                           measured_step_time_s=baselines.measured_step_time_s,
+                           base_kept_groups=tuple(kept))
