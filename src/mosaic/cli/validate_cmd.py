@@ -771,13 +771,13 @@ def _echo_cv_base(report: dict[str, Any], base: str) -> None:
                    "(coverage.fitted_runs; profiles written by older versions): the "
                    "cross-validation treats it as possibly fitted on the held-out runs, so a "
                    "stack or routing regime a fold's runs lack gets the fold's own fit, not "
-                   f"'{base}'s value as the written profile does; the held-out error may "
-                   "overstate the profile's", err=True)
+                   f"the value of '{base}' that the written profile keeps; the held-out error "
+                   "may overstate the profile's", err=True)
     elif dropped:
         typer.echo(f"note: '{base}' was fitted on runs of {dropped} held-out group(s): "
-                   f"those folds do not keep '{base}'s values (they would predict runs "
-                   "with their own fit), so a stack or routing regime their runs lack gets "
-                   "the fold's own fit", err=True)
+                   f"those folds do not keep the values of '{base}' (that would score the "
+                   "runs in-sample), so a stack or routing regime their runs lack gets the "
+                   "fold's own fit", err=True)
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:
