@@ -146,17 +146,20 @@ def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
 
 
+_ONE_SCHEDULE = np.ones(1, dtype=np.int64)
+_ONE_SCHEDULE.flags.writeable = False
+
+
 def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Pipeline schedules per optimizer step: one, except on a stack that runs a whole
     schedule per gradient-accumulation pass (trait ``pipeline_schedule_per_pass``:
     torchtitan, NeMo AutoModel) with a stated local batch, where the step takes
     B_global / (dp · B_local) passes (torchtitan trainer.py gradient_accumulation_steps,
     AutoModel step_scheduler.py grad_acc_steps), never more than its micro-batches."""
-    n_mb = n_microbatches(workload, plans)
     if workload.local_batch is None or not workload.traits.pipeline_schedule_per_pass:
-        return np.ones_like(n_mb)
+        return _ONE_SCHEDULE  # (broadcasts over the plans; the hot path allocates nothing)
     passes = workload.global_batch // (plans.dp * workload.local_batch)
-    return np.clip(passes, 1, n_mb)
+    return np.clip(passes, 1, n_microbatches(workload, plans))
 
 
 def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -460,7 +463,7 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
                                                      workload.pipeline_layouts))
               for stage in ("first", "last")}
     return Schedule(
-        n_microbatches=n_mb, passes=schedule_passes(workload, plans),
+        n_microbatches=n_mb, passes=np.broadcast_to(schedule_passes(workload, plans), n_mb.shape),
         first=stages["first"], last=stages["last"],
         in_flight_first=in_flight_microbatches(workload, plans, "first"),
         in_flight_last=in_flight_microbatches(workload, plans, "last"),
