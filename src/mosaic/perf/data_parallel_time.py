@@ -241,7 +241,8 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
     # (FSDP post_backward: reduce-scatter, reshard; DDP: the last backward outside no_sync;
     # torch 2.13 pipelining/schedules.py, stage.py): a stack that runs one schedule per pass
     # reduces, and re-gathers, once per pass (schedule.schedule_passes)
-    schedules = np.where(plans.pp > 1, schedule_passes(workload, plans), 1)
+    passes = schedule_passes(workload, plans)
+    schedules = np.where(plans.pp > 1, passes, 1) if passes.max() > 1 else 1
     reductions = np.where(fsdp_gathered_through_step(workload, plans), schedules, n_mb)
     gathers_per_step = reductions * blocks
     # The two ends of each pass have no compute to hide behind (Zhao et al. 2023, "PyTorch
