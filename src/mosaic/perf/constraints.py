@@ -329,8 +329,10 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
 
 def rule_text(template: str) -> str:
     """A divisibility rule as people read it: its template without the per-plan value
-    slots ('pp·vpp={pp}·{vpp} must divide layers=48' -> 'pp·vpp must divide layers=48')."""
-    return re.sub(r"=\{[a-z_]+\}(·\{[a-z_]+\})*", "", template)
+    slots ('pp·vpp={pp}·{vpp} must divide layers=48' -> 'pp·vpp must divide layers=48'), with
+    the fixed factors among them ('2·cp=2·{cp}' -> '2·cp', 'dp·local_seqs={dp}·16' ->
+    'dp·local_seqs'; a review found 'dp·local_seqs·16' and raw '{cp}' in `layouts`)."""
+    return re.sub(r"=(\d+·)*\{[a-z_]+\}(·(\{[a-z_]+\}|\d+))*", "", template)
 
 
 def valid_mask(violations: list[Violation], n_plans: int) -> np.ndarray:
