@@ -270,6 +270,12 @@ def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int,
     if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP and pp > 1:
         return (max(local // pp, 1),
                 f"{stack} splits the local batch of {local} into pp={pp} micro-batches")
+    if (traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP
+            and local_seqs is not None):
+        # without PP torchtitan runs each local_batch_size batch in one forward and
+        # accumulates global / (local·dp) of them (train.py l. 196-213 @ v0.2.2)
+        return (local, f"{stack} without pipeline parallelism runs the local batch of "
+                       f"{local} in one forward-backward pass")
     if traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
         return (max(local, 1),
                 f"{stack} runs the whole local batch of {local} in one step, no accumulation")
