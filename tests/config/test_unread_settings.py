@@ -40,6 +40,9 @@ def _step_and_notes(*overrides: str) -> tuple[float, tuple[str, ...]]:
     # ep 1: no EP all-to-all to overlap (Megatron-Core asserts expert parallelism for it)
     ("parallelism.ep_overlap=true", ("parallelism.ep=1", "performance.checkpointing=selective"),
      "parallelism.ep_overlap not read"),
+    # Megatron-Core runs one schedule a step over global / (dp·micro) micro-batches: it has
+    # no local batch (torchtitan's and NeMo AutoModel's local_batch_size); 8192 / (32·8)
+    ("batch.local_seqs=8", (), "batch.local_seqs 8 not read"),
 ])
 def test_an_unread_setting_changes_nothing_and_is_named(setting, context, unread):
     base_step, base_notes = _step_and_notes(*context)
@@ -60,6 +63,9 @@ def test_an_unread_setting_changes_nothing_and_is_named(setting, context, unread
      "max_nodes_per_token 2 not read"),
     ("parallelism.ep_overlap=true", ("performance.checkpointing=selective",),
      "ep_overlap not read"),
+    # torchtitan at pp 16 runs one schedule per local batch: 32 passes of 4 micro-batches
+    ("batch.local_seqs=8", ("performance.stack=torchtitan", "parallelism.vpp=1"),
+     "local_seqs 8 not read"),
 ])
 def test_a_setting_its_layout_reads_changes_the_step_without_the_note(setting, context,
                                                                      unread):

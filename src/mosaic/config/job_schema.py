@@ -92,6 +92,7 @@ from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_map
 from mosaic.stacks.registry import (
     DEFAULT_STACK,
     STACK_VERSION_PATTERN,
+    MicroBatchDefault,
     SelectiveRecompute,
     gdn_context_parallel,
     release_number_text,
@@ -961,6 +962,17 @@ def unread_layout_settings(workload: Workload, plan: ParallelPlans) -> list[str]
         notes.append(f"performance.max_nodes_per_token {workload.max_nodes_per_token} not "
                      f"read: the {workload.dispatcher} dispatcher sends every routed copy "
                      "on its own, not once per node (deepep and hybridep do)")
+    traits = workload.traits
+    if (workload.local_batch is not None and not traits.pipeline_schedule_per_pass
+            and traits.micro_batch_default is MicroBatchDefault.ONE):
+        # perf.schedule.schedule_passes and config.layout.default_micro_batch read it on
+        # other stacks only; Megatron-LM has no local batch: one schedule a step over
+        # global / (dp·micro) micro-batches (get_num_microbatches, num_microbatches_calculator)
+        notes.append(f"batch.local_seqs {workload.local_batch} not read: {workload.stack} runs "
+                     "one pipeline schedule a step over all global_seqs / (dp·micro_seqs) "
+                     "micro-batches and takes no local batch (it is torchtitan's and NeMo "
+                     "AutoModel's local_batch_size); only dp·local_seqs dividing global_seqs "
+                     "is checked")
     return notes
 
 
