@@ -175,3 +175,35 @@ def test_gradients_are_reduced_once_per_schedule(sharding: str) -> None:
         assert one.breakdown_s[term][0] > 0, term
         assert four.breakdown_s[term][0] == pytest.approx(4 * one.breakdown_s[term][0],
                                                           rel=1e-12), term
+
+
+def test_torchtitan_without_pp_runs_the_stated_local_batch_in_one_pass(torchtitan_job
+                                                                       ) -> None:
+    """torchtitan v0.2.2 without PP runs each local_batch_size batch in one forward and
+    accumulates global / (local·dp) of them (train.py, gradient_accumulation_steps): at pp 1,
+    dp 32, local 8 with no micro-batch stated the forward is 8 sequences, not 1, and the
+    export writes local_batch_size 8 as stated."""
+    import re
+
+    from mosaic.export import export, spec_from_job
+
+    path = torchtitan_job
+    path.write_text(path.read_text().replace("pp: 4, dp: 8", "pp: 1, dp: 32")
+                    .replace("micro_seqs: 1, ", ""))
+    spec = load_job(path)
+    assert int(spec.plan.micro_batch[0]) == 8
+    text = export(spec_from_job(spec, str(path)), "torchtitan").text
+    assert re.search(r"^local_batch_size = 8$", text, re.M), text
+
+
+def test_a_refused_local_batch_reads_as_its_rule() -> None:
+    """The rule column of `layouts --show-infeasible` drops the per-plan values and the fixed
+    factors beside them: it read 'dp·local_seqs·16 must divide ...' and '2·cp=2·{cp}'."""
+    from mosaic.perf.constraints import rule_text
+
+    assert (rule_text("dp·local_seqs={dp}·16 must divide global_batch=512")
+            == "dp·local_seqs must divide global_batch=512")
+    assert (rule_text("2·cp=2·{cp} must divide seq_len=1026 (cp > 1)")
+            == "2·cp must divide seq_len=1026 (cp > 1)")
+    assert (rule_text("pp·vpp={pp}·{vpp} must divide layers=48")
+            == "pp·vpp must divide layers=48")
