@@ -207,3 +207,16 @@ def test_a_refused_local_batch_reads_as_its_rule() -> None:
             == "2·cp must divide seq_len=1026 (cp > 1)")
     assert (rule_text("pp·vpp={pp}·{vpp} must divide layers=48")
             == "pp·vpp must divide layers=48")
+
+
+def test_torchtitan_without_pp_refuses_a_micro_batch_below_the_local_batch(torchtitan_job
+                                                                           ) -> None:
+    """At pp 1 torchtitan's local_batch_size is the forward batch (v0.2.2 train.py): micro 2
+    under a local batch of 8 is no torchtitan job (its export wrote local_batch_size 2), and
+    the same job on Megatron-Core, which has no local batch, is not refused by it."""
+    path = torchtitan_job
+    path.write_text(path.read_text().replace("pp: 4, dp: 8", "pp: 1, dp: 32")
+                    .replace("micro_seqs: 1", "micro_seqs: 2"))
+    with pytest.raises(MosaicInputError, match=r"micro_batch=2 must equal local_seqs=8 at pp=1"):
+        predict_job(load_job(path), CALIBRATION)
+    predict_job(load_job(path, ["performance.stack=megatron-core"]), CALIBRATION)

@@ -18,6 +18,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
 from mosaic.perf.workload import Dispatcher, Workload
 from mosaic.stacks import StackTraits, get_stack
+from mosaic.stacks.registry import MicroBatchDefault
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,14 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
            (f"dp·local_seqs={{dp}}·{local} must divide global_batch={workload.global_batch}",
             _not_divisible(workload.global_batch, plans.dp * local))]
           if (local := workload.local_batch) is not None else []),
+        # torchtitan without PP runs each local_batch_size batch in one forward (v0.2.2
+        # train.py; micro-batches split it only under PP, pipeline_parallel.py), so a
+        # smaller micro-batch at pp 1 would be another local batch
+        *([(f"micro_batch={{micro_batch}} must equal local_seqs={local} at pp=1: "
+            f"{workload.stack} runs the local batch in one forward without pipeline "
+            "parallelism", (plans.pp == 1) & (plans.micro_batch != local))]
+          if local is not None and workload.traits.micro_batch_default
+          is MicroBatchDefault.LOCAL_BATCH_OVER_PP else []),
         (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep))
         if moe else ("ep={ep} > 1 needs experts: a dense model has none (use ep=1)",
                      plans.ep > 1),
