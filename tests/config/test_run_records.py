@@ -337,16 +337,18 @@ def test_stack_label(software: str | None, label: str) -> None:
 
 
 def test_torchtitan_pipeline_defaults_fill_unstated_vpp_and_micro_batch(tmp_path: Path) -> None:
-    # torchtitan splits the local batch into pp micro-batches and interleaves at least two
-    # stages per rank: 8 GPUs as pp=2 x dp=4, 16 sequences -> local 4 -> micro-batch 2.
+    # torchtitan interleaves at least two stages per rank, and its pipeline micro-batch is one
+    # sequence unless stated (pipeline_parallel_microbatch_size = 1, config/job_config.py
+    # @ v0.2.2; before pytorch/torchtitan#1073 it split the local batch into pp micro-batches:
+    # 8 GPUs as pp=2 x dp=4, 16 sequences -> local 4 -> micro-batch 2 then)
     run = copy.deepcopy(_example_runs()[0])
     assert run["software"].startswith("torchtitan")
     run["num_gpus"], run["parallelism"] = 8, {**run["parallelism"], "pp": 2, "dp": 4, "vpp": None}
     run["batch"] = {**run["batch"], "global_seqs": 16, "micro_seqs": None}
     (record,) = _load_one(tmp_path, run).records
     row = record.plan.row(0)
-    assert (row["vpp"], row["micro_batch"]) == (2, 2)
-    assert any("torchtitan splits the local batch of 4 into pp=2" in a
+    assert (row["vpp"], row["micro_batch"]) == (2, 1)
+    assert any("pipeline_parallel_microbatch_size defaults to 1" in a
                for a in record.assumptions)
     # Other stacks keep the neutral default of one sequence and no interleaving.
     run["software"] = "NeMo 25.09 container / Megatron-Bridge + Megatron-Core"

@@ -270,8 +270,10 @@ def default_micro_batch(stack: str, global_seqs: int, dp: int, pp: int,
     if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP and pp > 1:
         return (max(local // pp, 1),
                 f"{stack} splits the local batch of {local} into pp={pp} micro-batches")
-    if (traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP
-            and local_seqs is not None):
+    if traits.micro_batch_default is MicroBatchDefault.ONE_UNDER_PP and pp > 1:
+        # torchtitan since #1073 (2025-04): config/job_config.py @ v0.2.2 l. 412
+        return 1, f"{stack}'s pipeline_parallel_microbatch_size defaults to 1"
+    if traits.micro_batch_default.local_batch_per_forward and pp == 1 and local_seqs is not None:
         # without PP torchtitan runs each local_batch_size batch in one forward and
         # accumulates global / (local·dp) of them (train.py l. 196-213 @ v0.2.2)
         return (local, f"{stack} without pipeline parallelism runs the local batch of "

@@ -705,6 +705,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
         "local_batch": entry.batch.local_seqs is not None,
+        "micro_seqs": entry.batch.micro_seqs is not None,
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
         "layer_cuda_graphs": entry.layer_cuda_graphs is not None,
         "recompute": entry.recompute != "unknown",

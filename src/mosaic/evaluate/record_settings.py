@@ -49,6 +49,9 @@ class _Settings(RecipeSettings):
     # sequences per data-parallel rank per forward-backward pass (the record schema's
     # batch.local_seqs), where the shared file's schema has no field for it
     local_batch: int | None = Field(default=None, ge=1)
+    # the micro-batch a run's own code chose where its record leaves it unstated (a plan
+    # setting, as recompute: the record's micro-batch column)
+    micro_seqs: int | None = Field(default=None, ge=1)
 
 
 class _Group(_Strict):
@@ -104,6 +107,10 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
     if recompute is not None:  # a plan setting: the record's checkpointing column
         record = replace(record, plan=replace(record.plan, checkpointing=np.full_like(
             record.plan.checkpointing, int(Checkpointing.parse(recompute)))))
+    micro = changes.pop("micro_seqs", None)
+    if micro is not None:
+        record = replace(record, plan=replace(record.plan, micro_batch=np.full_like(
+            record.plan.micro_batch, micro)))
     workload: Workload = replace(record.workload, **changes)
     return replace(record, workload=workload, assumptions=(*record.assumptions, note))
 

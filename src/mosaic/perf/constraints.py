@@ -18,7 +18,6 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
 from mosaic.perf.workload import Dispatcher, Workload
 from mosaic.stacks import StackTraits, get_stack
-from mosaic.stacks.registry import MicroBatchDefault
 
 
 @dataclass(frozen=True)
@@ -223,8 +222,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         *([(f"micro_batch={{micro_batch}} must equal local_seqs={local} at pp=1: "
             f"{workload.stack} runs the local batch in one forward without pipeline "
             "parallelism", (plans.pp == 1) & (plans.micro_batch != local))]
-          if local is not None and workload.traits.micro_batch_default
-          is MicroBatchDefault.LOCAL_BATCH_OVER_PP else []),
+          if local is not None and workload.traits.micro_batch_default.local_batch_per_forward
+          else []),
         (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep))
         if moe else ("ep={ep} > 1 needs experts: a dense model has none (use ep=1)",
                      plans.ep > 1),

@@ -30,8 +30,17 @@ DEFAULT_STACK = "megatron-core"
 class MicroBatchDefault(StrEnum):
     """What a stack does when the micro-batch is not stated."""
 
+    @property
+    def local_batch_per_forward(self) -> bool:
+        """Without PP the stack runs its stated local batch as one forward (torchtitan:
+        micro-batches split the local batch only under PP, train.py @ v0.2.2)."""
+        return self in (MicroBatchDefault.LOCAL_BATCH_OVER_PP, MicroBatchDefault.ONE_UNDER_PP)
+
     ONE = "one"  # Megatron-LM --micro-batch-size defaults to 1
-    LOCAL_BATCH_OVER_PP = "local_batch_over_pp"  # torchtitan: local batch / pp per micro-batch
+    LOCAL_BATCH_OVER_PP = "local_batch_over_pp"  # torchtitan to 2025-04: local batch / pp
+    # torchtitan since #1073 (2025-04): micro-batch 1 under PP, the local batch per forward
+    # without PP
+    ONE_UNDER_PP = "one_under_pp"
     WHOLE_LOCAL_BATCH = "whole_local_batch"  # JAX/XLA: no gradient accumulation unless stated
 
 
