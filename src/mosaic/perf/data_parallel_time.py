@@ -242,7 +242,7 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
     # torch 2.13 pipelining/schedules.py, stage.py): a stack that runs one schedule per pass
     # reduces, and re-gathers, once per pass (schedule.schedule_passes)
     passes = schedule_passes(workload, plans)
-    schedules = np.where(plans.pp > 1, passes, 1) if passes.max() > 1 else 1
+    schedules = passes if passes.max() > 1 else 1  # (no per-schedule array work where one)
     reductions = np.where(fsdp_gathered_through_step(workload, plans), schedules, n_mb)
     gathers_per_step = reductions * blocks
     # The two ends of each pass have no compute to hide behind (Zhao et al. 2023, "PyTorch

@@ -153,19 +153,22 @@ _ONE_SCHEDULE.flags.writeable = False
 def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Pipeline schedules per optimizer step: one, except on a stack that runs a whole
     schedule per gradient-accumulation pass (trait ``pipeline_schedule_per_pass``:
-    torchtitan, NeMo AutoModel) with a stated local batch, where the step takes
+    torchtitan, NeMo AutoModel) with a stated local batch and pp > 1, where the step takes
     B_global / (dp · B_local) passes (torchtitan trainer.py gradient_accumulation_steps,
-    AutoModel step_scheduler.py grad_acc_steps), never more than its micro-batches."""
+    AutoModel step_scheduler.py grad_acc_steps), never more than its micro-batches. Without
+    a pipeline there is no schedule to repeat: its passes accumulate as micro-batches do."""
     if workload.local_batch is None or not workload.traits.pipeline_schedule_per_pass:
         return _ONE_SCHEDULE  # (broadcasts over the plans; the hot path allocates nothing)
     passes = workload.global_batch // (plans.dp * workload.local_batch)
-    return np.clip(passes, 1, n_microbatches(workload, plans))
+    return np.where(plans.pp > 1, np.clip(passes, 1, n_microbatches(workload, plans)), 1)
 
 
 def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Micro-batches one pipeline schedule runs: n_mb over :func:`schedule_passes`; each
     schedule fills and drains on its own, so its bubble is that of this count (Eq. 12)."""
-    return np.maximum(n_microbatches(workload, plans) // schedule_passes(workload, plans), 1)
+    n_mb = n_microbatches(workload, plans)
+    passes = schedule_passes(workload, plans)
+    return n_mb if passes is _ONE_SCHEDULE else np.maximum(n_mb // passes, 1)
 
 
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:

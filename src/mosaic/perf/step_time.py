@@ -84,6 +84,7 @@ from mosaic.perf.schedule import (
     bubble_fraction,
     candidate_stages,
     laid_out,
+    microbatches_per_schedule,
     middle_stage_can_be_heaviest,
     mtp_modules,
     n_microbatches,
@@ -603,8 +604,10 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     breakdown["dispatch_floor"] = n_mb * dispatch_extra
     t_block = n_mb * (t_cmp + dispatch_extra)
     # each pipeline schedule fills and drains once: the bubble of its own micro-batches
-    passes = schedule_passes(workload, plans).astype(float)
-    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb / passes, uses_dualpipe(workload))
+    passes = schedule_passes(workload, plans)
+    f_bubble = bubble_fraction(plans.pp, plans.vpp,
+                               microbatches_per_schedule(workload, plans).astype(float),
+                               uses_dualpipe(workload))
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
     elementwise_s = n_mb * analytical_per_mb * (1 + f_bubble)
