@@ -12,6 +12,7 @@ assumptions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -87,6 +88,13 @@ def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
     return by_run
 
 
+# The settings that are plan columns, not workload fields: (column, its integer value).
+_PLAN_SETTINGS: dict[str, tuple[str, Callable[[Any], int]]] = {
+    "recompute": ("checkpointing", lambda name: int(Checkpointing.parse(name))),
+    "micro_seqs": ("micro_batch", int),
+}
+
+
 def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRecord:
     settings = dict(settings)
     not_scored = settings.pop("throughput_not_scored", None)
@@ -103,14 +111,11 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
         record = replace(record, system=matching_system(
             system_name, record.system.device.name, record.system.gpus_per_node,
             record.system.scale_up_domain_gpus))
-    recompute = changes.pop("recompute", None)
-    if recompute is not None:  # a plan setting: the record's checkpointing column
-        record = replace(record, plan=replace(record.plan, checkpointing=np.full_like(
-            record.plan.checkpointing, int(Checkpointing.parse(recompute)))))
-    micro = changes.pop("micro_seqs", None)
-    if micro is not None:
-        record = replace(record, plan=replace(record.plan, micro_batch=np.full_like(
-            record.plan.micro_batch, micro)))
+    for name, (column, as_int) in _PLAN_SETTINGS.items():
+        value = changes.pop(name, None)
+        if value is not None:  # a plan setting: the record's column of that name
+            record = replace(record, plan=replace(record.plan, **{column: np.full_like(
+                getattr(record.plan, column), as_int(value))}))
     workload: Workload = replace(record.workload, **changes)
     return replace(record, workload=workload, assumptions=(*record.assumptions, note))
 
