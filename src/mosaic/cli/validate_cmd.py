@@ -38,9 +38,7 @@ from mosaic.config.spelling import warn_deprecated
 from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.calibrate import (
     MIN_RUNS_PER_PARAMETER,
-    CrossValidation,
     base_fitted_runs,
-    calibrated_step_time_s,
     chosen_constants,
     fit_calibration,
     fit_predictions,
@@ -532,8 +530,10 @@ def calibrate(
     # predicts its own runs worse than its start did is said (a trial's 5 runs: 11.3% ->
     # 12.6%, its one torchtitan run +23.6% -> +27.6%; tests/evaluate/test_calibrate.py)
     moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
+    in_sample = {"fitted": in_sample_errors(baselines, fitted),
+                 "starting": in_sample_errors(baselines, start)}
     report["in_sample"] = {
-        side: {"name": calibration.name, **in_sample_errors(baselines, calibration).summary(moe)}
+        side: {"name": calibration.name, **in_sample[side].summary(moe)}
         for side, calibration in (("fitted", fitted), ("starting", start))}
     cv_result = None
     if cv != "none" and len(baselines.ids) < 2:
@@ -555,8 +555,7 @@ def calibrate(
             "base_fitted_runs_recorded": base_fitted_runs(start) is not None,
             "base_values_kept_for": list(cv_result.base_kept_groups)}
         # the same runs under the starting calibration as it is: whether refitting helped
-        as_started = CrossValidation(tuple(groups), calibrated_step_time_s(baselines, start),
-                                     baselines.measured_step_time_s)
+        as_started = replace(in_sample["starting"], groups=tuple(groups))
         report["starting_calibration"] = {"name": start.name, **as_started.summary(moe)}
     coverage = build_coverage(
         record_set.records, baselines.ids, cv_result, fitted,
