@@ -53,14 +53,9 @@ def studio_page(browser: Any, **studio_options: Any) -> Iterator[Any]:
     prediction; the browser and the studio stop after the test."""
     from .conftest import running_studio
 
-    with running_studio(**studio_options) as running:
-        driver = browser.start_driver(height=1100)
-        try:
-            driver.get(running.url + "/")
-            wait_for_first_prediction(browser, driver)
-            yield driver
-        finally:
-            driver.quit()
+    with running_studio(**studio_options) as running, \
+            open_page(running, browser, height=1100) as driver:
+        yield driver
 
 @pytest.fixture(scope="module")
 def page(studio, browser):
