@@ -735,3 +735,15 @@ def test_cross_validation_over_a_base_fitted_on_the_runs_stays_strict(tmp_path):
     held_out = report["cross_validation"]
     assert not held_out["base_fitted_runs_recorded"] and held_out["base_values_kept_for"] == []
     assert "does not record the runs it was fitted on" in stderr
+
+
+def test_validate_table_shows_a_trained_record_without_throughput(tmp_path):
+    # measured.trained (a shipped preset, no throughput): the table prints it, marked trained
+    run = copy.deepcopy(yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())["runs"][0])
+    run["measured"] = {"tokens_per_s_per_gpu": None, "step_time_s": None, "trained": True}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    result = runner.invoke(app, ["-q", "validate", str(path)])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if run["id"] in line)
+    assert "trained" in row

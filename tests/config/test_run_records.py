@@ -419,3 +419,35 @@ def test_a_model_given_as_a_path_says_the_block_is_inline(tmp_path):
     reason = _skip_reason(tmp_path, run)
     assert "a run record holds the model block inline" in reason
     assert "--model CONFIG.json --to yaml" in reason
+
+
+# ------------------------------------------------------------------ trained, no throughput
+
+
+def _trained_run() -> dict[str, Any]:
+    run = copy.deepcopy(_example_runs()[0])
+    run["id"] = "preset-trained"
+    run["measured"] = {"tokens_per_s_per_gpu": None, "step_time_s": None, "oom": False,
+                       "trained": True}
+    return run
+
+
+def test_a_trained_record_without_throughput_loads_unscored(tmp_path: Path) -> None:
+    # measured.trained: the run trained (a shipped preset), nothing measured: a memory check
+    (record,) = _load_one(tmp_path, _trained_run()).records
+    assert not record.oom
+    assert record.measured_tokens_per_s_per_gpu is None and record.measured_step_time_s is None
+    assert not record.throughput_scored
+    assert "no throughput" in record.throughput_not_scored
+
+
+def test_a_record_without_throughput_still_needs_trained_or_oom(tmp_path: Path) -> None:
+    run = _trained_run()
+    del run["measured"]["trained"]
+    assert "unless measured.oom" in _skip_reason(tmp_path, run)
+
+
+def test_a_trained_record_cannot_be_oom(tmp_path: Path) -> None:
+    run = _trained_run()
+    run["measured"]["oom"] = True
+    assert "measured.trained" in _skip_reason(tmp_path, run)

@@ -382,7 +382,8 @@ def _table_row(r: dict[str, Any]) -> list[str]:
     return [
         r["id"],
         f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
-        "OOM" if r["oom"] else f"{r['measured_tokens_per_s_per_gpu']:,.0f}",
+        ("OOM" if r["oom"] else "trained" if r["measured_tokens_per_s_per_gpu"] is None
+         else f"{r['measured_tokens_per_s_per_gpu']:,.0f}"),  # trained: measured.trained
         _error_cell(r),
         f"{r['predicted_memory_gib']:.1f}",
         "-" if r["measured_memory_gib"] is None else f"{r['measured_memory_gib']:.1f}",

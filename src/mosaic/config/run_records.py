@@ -77,6 +77,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# why a measured.trained record's throughput is not scored (RunRecord.throughput_not_scored)
+TRAINED_WITHOUT_THROUGHPUT = ("no throughput measured: the record states only that the run "
+                              "trained (measured.trained), a memory check")
+
+
 class MeasuredEntry(_Strict):
     tokens_per_s_per_gpu: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     step_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -92,6 +97,10 @@ class MeasuredEntry(_Strict):
         "segments plus the CUDA context and NCCL buffers); null = allocator")
     consistent: bool = True
     oom: bool = False
+    trained: bool = Field(
+        default=False, description="the run trained (did not run out of memory) though no "
+        "throughput is stated, e.g. a performance preset a stack ships: a memory-only record "
+        "whose throughput is not scored")
 
     @field_validator("memory_measure", mode="before")
     @classmethod
@@ -531,13 +540,20 @@ def _measured(entry: RunRecordEntry, notes: list[str]
     measured = entry.measured
     tokens_per_s, step_time_s = measured.tokens_per_s_per_gpu, measured.step_time_s
     if measured.oom:
+        if measured.trained:
+            raise MosaicInputError("measured.trained and measured.oom are both true: a run "
+                                   "either trained or ran out of memory")
         if tokens_per_s is not None or step_time_s is not None:
             raise MosaicInputError("measured.oom: true, but an OOM run has no throughput")
         return None, None, None
     tokens_per_step = entry.batch.global_seqs * entry.batch.seq_len
     if tokens_per_s is None and step_time_s is None:
+        if measured.trained:  # a memory-only record (throughput_not_scored says so)
+            return None, None, None
         raise MosaicInputError("measured: give tokens_per_s_per_gpu or step_time_s (the other "
-                               "follows from the batch), unless measured.oom is true")
+                               "follows from the batch), unless measured.oom is true (or "
+                               "measured.trained, for a run that trained with no throughput "
+                               "stated)")
     if step_time_s is None or tokens_per_s is None:
         # one measurement states the other: tokens/s/GPU = global_seqs·seq_len/(step·GPUs)
         if step_time_s is None:
@@ -685,6 +701,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         assumptions=tuple(notes),
         stated_settings=stated,
         measurement_disagreement=disagreement,
+        throughput_not_scored=(TRAINED_WITHOUT_THROUGHPUT
+                               if tokens_per_s is None and not entry.measured.oom else None),
         software_unrecognised=(stack == OTHER_STACK and entry.stack is None
                                and entry.software is not None),
     )
