@@ -74,6 +74,14 @@ GPUS = {"H100": ("H100-SXM-80GB", 8, 8), "B200": ("B200", 8, 8), "B300": ("B300"
 # utils/precision.py @ v0.3.0+.
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-cs", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8", "FP8_SS": "fp8-blockwise", "NVFP4": "nvfp4"}
+# Models whose Bridge recipe counts the embedding and the loss as one pipeline layer slot each
+# (account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split True):
+# src/megatron/bridge/recipes/llama/llama31_405b.py @ v0.1.0rc4 (model_config defaults),
+# recipes/llama/llama3.py llama31_405b_pretrain_config @ v0.2.0..v0.5.1 (v0.5.1:1146-1147);
+# recipes/qwen/qwen3_235b_a22b.py @ v0.1.0rc4, recipes/qwen/qwen3_moe.py
+# qwen3_235b_a22b_pretrain_config @ v0.2.0..v0.5.1 (v0.5.1:166-167). DeepSeek-V3, Kimi-K2 and
+# GPT-OSS set both False; the perf scripts do not change them.
+VOCAB_IN_PIPELINE_SPLIT = {"LLAMA31_405B", "QWEN3_235B_A22B"}
 _MODEL = "|".join(sorted(MODELS, key=len, reverse=True))
 _GPU = "|".join(GPUS)
 _PREC = "|".join(PRECISIONS)
@@ -212,6 +220,8 @@ def record(preset: dict, release: str, tag: str, blocks: dict[str, dict]) -> dic
                          "pipeline_layout (docs/schema.md)")
         else:
             parallelism["pipeline_layout"] = f["pp_layout"]
+    if model in VOCAB_IN_PIPELINE_SPLIT and pp > 1 and "pipeline_layout" not in parallelism:
+        parallelism["vocab_in_pipeline_split"] = True
     seq = int(f.get("seq_length") or seq_len(model, tag))
     entry = {
         "id": (f"preset-{tag}-{SLUG[model]}-{preset['gpu'].lower()}-"
