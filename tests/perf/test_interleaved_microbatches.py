@@ -44,3 +44,50 @@ def test_offloading_every_layer_is_refused_as_megatron_does():
     Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=47)
     with pytest.raises(MosaicInputError, match="below the model's 48 layers, got 48"):
         Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=48)
+
+
+# Stacks that run one pipeline schedule per gradient-accumulation pass (trait
+# pipeline_schedule_per_pass): torchtitan builds each schedule of local_batch_size //
+# micro-batch micro-batches (distributed/pipeline_parallel.py build_pipeline_schedule
+# @ v0.2.2), so the rule counts per schedule there, per step on Megatron.
+PER_SCHEDULE = "micro-batches per pipeline schedule"
+
+
+def _reasons(stack: str, local_batch: int | None, **layout: int) -> list[str]:
+    workload = Workload(geometry=DENSE, global_batch=256, seq_len=4096, stack=stack,
+                        local_batch=local_batch)
+    plans = concatenate_plans([single_plan(**layout)])
+    return [v.message(plans, 0) for v in plan_violations(workload, plans, 512)
+            if ("micro-batches per" in v.rule) and v.violated[0]]
+
+
+def test_torchtitan_counts_micro_batches_per_schedule_not_per_step():
+    # dp 16, micro-batch 1: 256 / 16 = 16 micro-batches a step, >= pp = 4 (the per-step rule
+    # passes); local_seqs 2: 256 / (16·2) = 8 passes, each a schedule of 2 / 1 = 2 < 4
+    layout = {"pp": 4, "vpp": 2, "dp": 16, "micro_batch": 1, "tp": 2}
+    reasons = _reasons("torchtitan", 2, **layout)
+    assert reasons == ["vpp=2 > 1 needs at least pp=4 micro-batches per pipeline schedule; "
+                       "torchtitan runs one schedule per local batch, of "
+                       "local_seqs/micro_batch=2 (local_seqs=2, micro_batch=1)"]
+    # local_seqs 4: 4 passes of 4 micro-batches = pp: feasible
+    assert _reasons("torchtitan", 4, **layout) == []
+    # micro-batch 2 of local 8: 8 / 2 = 4 per schedule, feasible; of local 4: 2, refused
+    assert _reasons("torchtitan", 8, **{**layout, "micro_batch": 2}) == []
+    assert "local_seqs/micro_batch=2 (local_seqs=4, micro_batch=2)" in _reasons("torchtitan", 4,
+                                               **{**layout, "micro_batch": 2})[0]
+    # NeMo AutoModel also runs one schedule a pass (step_scheduler.py grad_acc_steps)
+    assert "nemo-automodel runs one schedule per local batch" in _reasons(
+        "nemo-automodel", 2, **layout)[0]
+
+
+def test_megatron_and_unstated_local_batch_keep_counting_per_step():
+    layout = {"pp": 4, "vpp": 2, "dp": 16, "micro_batch": 1, "tp": 2}
+    # Megatron runs one schedule a step: 16 micro-batches >= 4, whatever local_seqs says
+    assert _reasons("megatron-core", 2, **layout) == []
+    # torchtitan without a stated local batch: one schedule of the step's 16
+    assert _reasons("torchtitan", None, **layout) == []
+    # the per-step rule and its message where the step itself has too few: 256 / (64·2) = 2
+    few = {"pp": 4, "vpp": 2, "dp": 64, "micro_batch": 2, "tp": 2}
+    assert _reasons("megatron-core", None, **few) == [
+        "vpp=2 > 1 needs at least pp=4 micro-batches per step (global_batch=256 / "
+        "(dp·micro_batch=64·2))"]

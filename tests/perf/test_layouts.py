@@ -539,3 +539,39 @@ def test_a_layout_under_device_memory_is_refused_by_the_headroom_not_out_of_memo
     assert (memory > search.capacity_bytes).any()
     assert search.over_headroom().tolist() == [i for i in search.out_of_memory().tolist()
                                                if headroom_only[i]]
+
+
+def test_per_schedule_interleaving_rule_agrees_between_search_and_single_plans():
+    """torchtitan runs one pipeline schedule per local batch: 8 layers on 8 GPUs, global
+    batch 64, local_seqs 4. pp 4 x vpp 2 at micro-batch 2 has 64 / (dp·2) >= 8 micro-batches
+    a step but 4 / 2 = 2 < pp a schedule (dp 1 with tp 2, dp 2 with tp 1): the two
+    rejected candidates, each with its own per-schedule count in its message, which the
+    single-plan check gives too; every kept plan predicts as it does alone."""
+    geometry = Geometry(layers=8, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=64,
+                        vocab=256)
+    workload = Workload(geometry=geometry, global_batch=64, seq_len=2048, stack="torchtitan",
+                        local_batch=4)
+    machine = b200_machine(1)
+    search = search_layouts(workload, machine, CALIBRATION,
+                            LayoutLimits(micro_batches=(1, 2), sharding=("fsdp",),
+                                         checkpointing=("none",)))
+    rule = next(r for r in search.rule_check.rules if "per pipeline schedule" in r)
+    assert search.rejected_counts()[rule] == 2
+    assert search.rule_example(rule) == (
+        "vpp=2 > 1 needs at least pp=4 micro-batches per pipeline schedule; torchtitan runs "
+        "one schedule per local batch, of local_seqs/micro_batch=2 (local_seqs=4, "
+        "micro_batch=2)")
+    for index in range(search.n_candidates):
+        alone = search.candidates.take(index)
+        reason = first_reason(plan_violations(workload, alone, 8), alone, 0)
+        expected = (None if search.rule_check.valid[index]
+                    else search.rule_check.message(search.candidates, index))
+        assert reason == expected
+    # pp 4 x vpp 2 at micro-batch 1 (4 a schedule = pp) is kept
+    kept = [search.plans.row(i) for i in range(search.n_plans)]
+    assert any(p["pp"] == 4 and p["vpp"] == 2 and p["micro_batch"] == 1 for p in kept)
+    for i in range(search.n_plans):
+        alone = predict_step(workload, search.plans.take(i), machine, CALIBRATION)
+        for name in ("step_time_s", "memory_bytes"):
+            np.testing.assert_allclose(getattr(alone, name)[0],
+                                       getattr(search.prediction, name)[i], rtol=1e-9)

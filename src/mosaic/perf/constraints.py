@@ -15,20 +15,30 @@ import numpy as np
 
 from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.schedule import dualpipe_pairs_stages, laid_out, n_microbatches, uses_dualpipe
+from mosaic.perf.schedule import (
+    dualpipe_pairs_stages,
+    laid_out,
+    microbatches_per_schedule,
+    n_microbatches,
+    uses_dualpipe,
+)
 from mosaic.perf.workload import Dispatcher, Workload
 from mosaic.stacks import StackTraits, get_stack
 
 
 @dataclass(frozen=True)
 class Violation:
-    """One rule and the plans that break it."""
+    """One rule and the plans that break it; ``derived`` holds per-plan values the rule's
+    message names besides the plan's own fields (e.g. micro-batches per schedule)."""
 
     rule: str
     violated: np.ndarray  # bool per plan
+    derived: tuple[tuple[str, np.ndarray], ...] = ()
 
     def message(self, plans: ParallelPlans, index: int) -> str:
         values = plans.row(index)
+        values.update((name, int(np.broadcast_to(value, self.violated.shape)[index]))
+                      for name, value in self.derived)
         return self.rule.format(**values)
 
 
@@ -57,6 +67,43 @@ def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray
         return f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}", _not_divisible(slots, chunks)
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
             leaves_empty_chunk(layers, np.maximum(chunks, 1), split))
+
+
+def _interleaved_microbatches_rule(workload: Workload, plans: ParallelPlans
+                                   ) -> tuple[str, np.ndarray] | tuple[str, np.ndarray, dict]:
+    """An interleaved pipeline (vpp > 1) needs at least pp micro-batches in each pipeline
+    schedule it runs.
+
+    Megatron-Core runs one schedule per step and micro-batches in groups of pp per model
+    chunk (microbatch_group_size_per_vp_stage, default pp), refusing fewer micro-batches per
+    step than pp: schedules.py @ core_v0.16.0 l. 995-1003, model_parallel_config.py l. 447;
+    with fewer, the chunks run one after another and interleaving cannot shrink the bubble.
+
+    A stack that calls the schedule once per gradient-accumulation pass (trait
+    ``pipeline_schedule_per_pass``) with a stated local batch builds each schedule from the
+    local batch alone: torchtitan's n_microbatches = local_batch_size //
+    pipeline_parallel_microbatch_size (distributed/pipeline_parallel.py
+    build_pipeline_schedule l. 186-194 @ v0.2.2; num_pp_microbatches "per data-parallel rank
+    and gradient accumulation iteration", config/configs.py @ b5bcd76c66), so the count that
+    matters is :func:`~mosaic.perf.schedule.microbatches_per_schedule`, not the step's.
+    Below pp·vpp torchtitan only warns ("may result in a bubble in the pipeline", same
+    function) and torch's ScheduleInterleaved1F1B runs fewer than pp in one round
+    (number_of_rounds = max(1, n_microbatches // pp_group_size): __init__ in
+    distributed/pipelining/schedules.py, torch 2.13.0); mosaic's interleaved bubble and
+    in-flight formulas (Narayanan et al. 2021, Sec. 2.2.2) assume full rounds of pp, so the
+    rule keeps the threshold of pp and counts per schedule."""
+    per_step = (f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per step "
+                f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·"
+                "{micro_batch}))")
+    local = workload.local_batch
+    if local is None or not workload.traits.pipeline_schedule_per_pass:
+        return per_step, (plans.vpp > 1) & (n_microbatches(workload, plans) < plans.pp)
+    per_schedule = microbatches_per_schedule(workload, plans)
+    return (f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per pipeline schedule; "
+            f"{workload.stack} runs one schedule per local batch, of local_seqs/micro_batch="
+            f"{{schedule_microbatches}} (local_seqs={local}, micro_batch={{micro_batch}})",
+            (plans.vpp > 1) & (per_schedule < plans.pp),
+            {"schedule_microbatches": per_schedule})
 
 
 def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:
@@ -236,16 +283,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         *([("pp={pp}: DualPipe pairs stage r with stage pp − 1 − r and needs an even pp "
             "(or pp = 1)", ~dualpipe_pairs_stages(plans.pp))]
           if uses_dualpipe(workload) else []),
-        # the interleaved schedule runs micro-batches in groups of pp per model chunk
-        # (microbatch_group_size_per_vp_stage, default pp) and refuses fewer micro-batches
-        # per step than pp: Megatron-Core schedules.py @ core_v0.16.0 l. 995-1003,
-        # model_parallel_config.py l. 447; with fewer, the chunks run one after another
-        # and interleaving cannot shrink the bubble
-        (
-            f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per step "
-            f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·{{micro_batch}}))",
-            (plans.vpp > 1) & (n_microbatches(workload, plans) < plans.pp),
-        ),
+        _interleaved_microbatches_rule(workload, plans),
         # activation CPU offloading: Megatron-Core's TransformerConfig refuses it with
         # pipeline parallelism and with any activation recomputation
         # (transformer_config.py __post_init__ @ core_v0.16.0 and main d98e8a64dd)
@@ -332,7 +370,9 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             (f"tp·cp={{tp}}·{{cp}} must divide gdn.value_heads={gdn.value_heads}",
              _not_divisible(gdn.value_heads, plans.tp * plans.cp)),
         ]
-    return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
+    return [Violation(rule=rule[0], violated=np.asarray(rule[1], dtype=bool),
+                      derived=tuple(rule[2].items()) if len(rule) > 2 else ())
+            for rule in rules]
 
 
 def rule_text(template: str) -> str:

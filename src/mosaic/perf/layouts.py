@@ -42,7 +42,7 @@ import numpy as np
 from mosaic.allocator import keep_freed_memory
 from mosaic.errors import MosaicInputError, shown
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.constraints import plan_violations
+from mosaic.perf.constraints import Violation, plan_violations
 from mosaic.perf.headroom import (
     OUT_OF_MEMORY,
     above_device,
@@ -437,14 +437,21 @@ class RuleCheck:
         rules: rule templates in the order of :func:`plan_violations`.
         first_broken: per candidate, the index into ``rules`` of its first broken rule,
             or -1 when it breaks none.
+        violations: the rules with their per-candidate values, whose messages can name
+            values a candidate's own fields do not hold (micro-batches per schedule).
     """
 
     rules: tuple[str, ...]
     first_broken: np.ndarray
+    violations: tuple[Violation, ...] = ()
 
     @property
     def valid(self) -> np.ndarray:
         return self.first_broken < 0
+
+    def message(self, candidates: ParallelPlans, index: int) -> str:
+        """The first broken rule of candidate ``index`` with its values."""
+        return self.violations[int(self.first_broken[index])].message(candidates, index)
 
 
 def check_rules(workload: Workload, plans: ParallelPlans, n_devices: int) -> RuleCheck:
@@ -453,7 +460,8 @@ def check_rules(workload: Workload, plans: ParallelPlans, n_devices: int) -> Rul
     first = np.full(len(plans), -1, dtype=np.int64)
     for index, violation in enumerate(violations):
         first = np.where((first < 0) & violation.violated, index, first)
-    return RuleCheck(rules=tuple(v.rule for v in violations), first_broken=first)
+    return RuleCheck(rules=tuple(v.rule for v in violations), first_broken=first,
+                     violations=tuple(violations))
 
 
 def enumerate_plans(workload: Workload, n_devices: int, domain_gpus: int,
@@ -661,15 +669,14 @@ class LayoutSearch:
         examples = []
         for index in np.flatnonzero(~self.rule_check.valid)[:limit]:
             plan = self.candidates.row(int(index))
-            rule = self.rule_check.rules[self.rule_check.first_broken[index]]
-            examples.append((plan, rule.format(**plan)))
+            examples.append((plan, self.rule_check.message(self.candidates, int(index))))
         return examples
 
     def rule_example(self, rule: str) -> str:
         """The message of the first candidate rejected by ``rule``."""
         index = self.rule_check.rules.index(rule)
         first = int(np.flatnonzero(self.rule_check.first_broken == index)[0])
-        return rule.format(**self.candidates.row(first))
+        return self.rule_check.message(self.candidates, first)
 
     def no_valid_layout_message(self, n_devices: int) -> str:
         """Why no candidate passed: the rule most of them break, with an example (`layouts`

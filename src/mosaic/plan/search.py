@@ -254,8 +254,7 @@ def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> 
     check = check_rules(workload, candidates, machine.n_devices)
     rule = int(np.argmax(np.bincount(check.first_broken[~check.valid],
                                      minlength=len(check.rules))))
-    example = candidates.row(int(np.flatnonzero(check.first_broken == rule)[0]))
-    message = check.rules[rule].format(**example)
+    message = check.message(candidates, int(np.flatnonzero(check.first_broken == rule)[0]))
     note = model_parallel_factor_note(machine.n_devices, workload.global_batch)
     return f"{NO_DIVIDING_LAYOUT} (e.g. {message}{note})"
 
