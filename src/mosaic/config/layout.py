@@ -35,6 +35,7 @@ from mosaic.perf.plan import (
     default_sequence_parallel,
     single_plan,
 )
+from mosaic.perf.schedule import microbatches_per_schedule_of
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -304,8 +305,11 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
             micro = derived
             notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
     if default_vpp:
-        # an interleaved schedule needs at least pp micro-batches per step
-        micro_batches = batch.global_seqs // max(dp * (micro or 1), 1)
+        # an interleaved schedule needs at least pp micro-batches in each pipeline schedule
+        # (perf.constraints: per step, or per pass on a stack that runs a schedule a pass)
+        micro_batches = microbatches_per_schedule_of(stack, batch.global_seqs, dp, micro or 1,
+                                                     batch.local_seqs, parallelism.pp)
+        per_pass = batch.local_seqs is not None and traits.pipeline_schedule_per_pass
         if micro_batches >= parallelism.pp:
             vpp = traits.interleaved_vpp_default
             notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} assumed ({stack} interleaved "
@@ -314,8 +318,10 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
             vpp = 1
             notes.append(f"{VPP_DEFAULT_NOTE}: 1 assumed ({stack}'s interleaved default of "
                          f"{traits.interleaved_vpp_default} needs at least pp="
-                         f"{parallelism.pp} micro-batches per step, and the batch gives "
-                         f"{micro_batches})")
+                         f"{parallelism.pp} micro-batches per "
+                         + (f"pipeline schedule, and each local batch of {batch.local_seqs} "
+                            f"gives {micro_batches})" if per_pass else
+                            f"step, and the batch gives {micro_batches})"))
     return vpp, micro
 
 

@@ -40,6 +40,7 @@ from mosaic.perf.pipeline_layout import (
 )
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
+from mosaic.stacks import get_stack
 
 # A pipeline rank by name, or (a hybrid model's ranks: any can be the heaviest) by index
 Stage = Literal["first", "last", "middle"] | int
@@ -159,8 +160,14 @@ def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     a pipeline there is no schedule to repeat: its passes accumulate as micro-batches do."""
     if workload.local_batch is None or not workload.traits.pipeline_schedule_per_pass:
         return _ONE_SCHEDULE  # (broadcasts over the plans; the hot path allocates nothing)
-    passes = workload.global_batch // (plans.dp * workload.local_batch)
-    return np.where(plans.pp > 1, np.clip(passes, 1, n_microbatches(workload, plans)), 1)
+    return _passes(workload.global_batch, plans.dp, workload.local_batch, plans.pp,
+                   n_microbatches(workload, plans))
+
+
+def _passes(global_batch: int, dp: np.ndarray, local_batch: int, pp: np.ndarray,
+            n_mb: np.ndarray) -> np.ndarray:
+    """B_global / (dp · B_local) schedules a step at pp > 1, within [1, n_mb]; one at pp 1."""
+    return np.where(pp > 1, np.clip(global_batch // (dp * local_batch), 1, n_mb), 1)
 
 
 def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -169,6 +176,17 @@ def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.nd
     n_mb = n_microbatches(workload, plans)
     passes = schedule_passes(workload, plans)
     return n_mb if passes is _ONE_SCHEDULE else np.maximum(n_mb // passes, 1)
+
+
+def microbatches_per_schedule_of(stack: str, global_batch: int, dp: int, micro_batch: int,
+                                 local_batch: int | None, pp: int) -> int:
+    """:func:`microbatches_per_schedule` of one layout before a workload exists (a job's
+    unstated vpp is chosen from it: config.layout): n_mb = B_global / (dp·B_micro) (Eq. 11)
+    over the passes of a stack that runs one schedule per pass."""
+    n_mb = max(global_batch // max(dp * micro_batch, 1), 1)
+    if local_batch is None or not get_stack(stack).pipeline_schedule_per_pass:
+        return n_mb
+    return max(n_mb // int(_passes(global_batch, dp, local_batch, pp, n_mb)), 1)
 
 
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:
