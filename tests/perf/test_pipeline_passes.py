@@ -19,7 +19,11 @@ from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import single_plan
-from mosaic.perf.schedule import microbatches_per_schedule, schedule_passes
+from mosaic.perf.schedule import (
+    microbatches_per_schedule,
+    microbatches_per_schedule_of,
+    schedule_passes,
+)
 from mosaic.perf.step_time import predict_step, vocab_stage_s
 from mosaic.perf.workload import Workload
 
@@ -60,6 +64,20 @@ def test_passes_by_hand() -> None:
     assert schedule_passes(_workload("megatron-core", 8), PLAN)[0] == 1
     assert schedule_passes(_workload("torchtitan", None), PLAN)[0] == 1
     assert microbatches_per_schedule(_workload("torchtitan", None), PLAN)[0] == 32
+
+
+@pytest.mark.parametrize("stack", ["nemo-automodel", "torchtitan", "megatron-core"])
+@pytest.mark.parametrize("local", [None, 1, 2, 8, 32])
+@pytest.mark.parametrize(("pp", "dp", "micro"), [(4, 8, 1), (4, 8, 2), (1, 32, 1), (2, 4, 4)])
+def test_one_layouts_count_per_schedule_equals_the_vectorised_one(stack, local, pp, dp,
+                                                                  micro) -> None:
+    """microbatches_per_schedule_of (a job's unstated vpp is chosen from it) is the count the
+    model and the layout rules read (microbatches_per_schedule)."""
+    if local is not None and local % micro:
+        pytest.skip("micro-batch does not divide the local batch (a layout rule refuses it)")
+    plan = single_plan(pp=pp, dp=dp, micro_batch=micro)
+    expected = microbatches_per_schedule(_workload(stack, local), plan)[0]
+    assert microbatches_per_schedule_of(stack, 256, dp, micro, local, pp) == expected
 
 
 def test_four_passes_have_four_bubbles() -> None:
