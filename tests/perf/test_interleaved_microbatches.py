@@ -91,3 +91,33 @@ def test_megatron_and_unstated_local_batch_keep_counting_per_step():
     assert _reasons("megatron-core", None, **few) == [
         "vpp=2 > 1 needs at least pp=4 micro-batches per step (global_batch=256 / "
         "(dp·micro_batch=64·2))"]
+
+
+def _rounds_reasons(stack: str, local_batch: int | None, global_batch: int = 288,
+                    **layout: int) -> list[str]:
+    workload = Workload(geometry=DENSE, global_batch=global_batch, seq_len=4096, stack=stack,
+                        local_batch=local_batch)
+    plans = concatenate_plans([single_plan(**layout)])
+    return [v.message(plans, 0) for v in plan_violations(workload, plans, 512)
+            if "equal rounds" in v.rule and v.violated[0]]
+
+
+def test_torch_interleaved_rounds_must_divide_the_schedules_micro_batches():
+    """torch 2.13.0 ScheduleInterleaved1F1B: rounds = max(1, n // pp), ValueError unless
+    n % rounds == 0. pp 4, dp 16, micro-batch 1, 288 sequences: local_seqs 9 makes 2 passes
+    of 9 micro-batches, 9 // 4 = 2 rounds, refused; local_seqs 6: 6 // 4 = 1 round, runs;
+    local_seqs 18 (one pass of 18): 4 rounds, 18 % 4 = 2, refused."""
+    layout = {"pp": 4, "vpp": 2, "dp": 16, "micro_batch": 1, "tp": 2}
+    assert _rounds_reasons("torchtitan", 9, **layout) == [
+        "vpp=2 > 1: torch's interleaved schedules split the micro-batches of one pipeline "
+        "schedule, local_seqs/micro_batch=9 (local_seqs=9, micro_batch=1), into equal "
+        "rounds, max(1, n // pp)=2 of them (pp=4), whose number must divide them "
+        "(torchtitan's Interleaved1F1B raises ValueError)"]
+    assert _rounds_reasons("torchtitan", 6, **layout) == []
+    assert "=4 of them" in _rounds_reasons("torchtitan", 18, **layout)[0]
+    assert _rounds_reasons("torchtitan", 9, **{**layout, "vpp": 1}) == []  # plain 1F1B
+    # no local batch: one schedule of the step's 288 / 16 = 18, 4 rounds: refused
+    assert "global_batch/(dp·micro_batch)=18" in _rounds_reasons("torchtitan", None,
+                                                                   **layout)[0]
+    # Megatron-Core runs its own schedule, not torch's: no such rule
+    assert _rounds_reasons("megatron-core", 9, **layout) == []

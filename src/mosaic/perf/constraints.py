@@ -106,6 +106,31 @@ def _interleaved_microbatches_rule(workload: Workload, plans: ParallelPlans
             {"schedule_microbatches": per_schedule})
 
 
+def _torch_interleaved_rounds_rule(workload: Workload, plans: ParallelPlans
+                                   ) -> tuple[str, np.ndarray, dict]:
+    """torch.distributed.pipelining's interleaved schedules, which the per-pass stacks run
+    for vpp > 1 (torchtitan's Interleaved1F1B, as mosaic's export writes it; NeMo AutoModel
+    builds its schedule through the same get_schedule_class), split a schedule's
+    n micro-batches into max(1, n // pp) rounds of equal size and raise ValueError when the
+    rounds do not divide n: ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble
+    __init__, distributed/pipelining/schedules.py, torch 2.13.0 (pp 4: 9 micro-batches make
+    2 rounds and are refused; 6 make one round and 10 two, both run). n is the count of one
+    schedule (:func:`~mosaic.perf.schedule.microbatches_per_schedule`)."""
+    per_schedule = microbatches_per_schedule(workload, plans)
+    rounds = np.maximum(per_schedule // np.maximum(plans.pp, 1), 1)
+    local = workload.local_batch
+    count = (f"local_seqs/micro_batch={{schedule_microbatches}} (local_seqs={local}, "
+             "micro_batch={micro_batch})" if local is not None else
+             f"global_batch/(dp·micro_batch)={{schedule_microbatches}} (global_batch="
+             f"{workload.global_batch}, dp={{dp}}, micro_batch={{micro_batch}})")
+    return (f"vpp={{vpp}} > 1: torch's interleaved schedules split the micro-batches of one "
+            f"pipeline schedule, {count}, into equal rounds, max(1, n // pp)={{rounds}} of "
+            f"them (pp={{pp}}), whose number must divide them ({workload.stack}'s "
+            "Interleaved1F1B raises ValueError)",
+            (plans.vpp > 1) & (plans.pp > 1) & (per_schedule % rounds != 0),
+            {"schedule_microbatches": per_schedule, "rounds": rounds})
+
+
 def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:
     """A stack that carves its expert groups out of the FSDP shard ranks (trait
     ``expert_groups_in_fsdp_shard``: torchtitan's parallel_dims efsdp = dp_shard·cp·tp /
@@ -284,6 +309,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             "(or pp = 1)", ~dualpipe_pairs_stages(plans.pp))]
           if uses_dualpipe(workload) else []),
         _interleaved_microbatches_rule(workload, plans),
+        *([_torch_interleaved_rounds_rule(workload, plans)]
+          if workload.traits.pipeline_schedule_per_pass else []),
         # activation CPU offloading: Megatron-Core's TransformerConfig refuses it with
         # pipeline parallelism and with any activation recomputation
         # (transformer_config.py __post_init__ @ core_v0.16.0 and main d98e8a64dd)
