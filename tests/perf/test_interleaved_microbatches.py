@@ -68,7 +68,9 @@ def test_torchtitan_counts_micro_batches_per_schedule_not_per_step():
     reasons = _reasons("torchtitan", 2, **layout)
     assert reasons == ["vpp=2 > 1 needs at least pp=4 micro-batches per pipeline schedule; "
                        "torchtitan runs one schedule per local batch, of "
-                       "local_seqs/micro_batch=2 (local_seqs=2, micro_batch=1)"]
+                       "local_seqs/micro_batch=2 (local_seqs=2, micro_batch=1); with fewer, "
+                       "interleaving cannot shrink the bubble (the stack warns of it): "
+                       "state vpp 1, a larger local_seqs or a smaller micro-batch"]
     # local_seqs 4: 4 passes of 4 micro-batches = pp: feasible
     assert _reasons("torchtitan", 4, **layout) == []
     # micro-batch 2 of local 8: 8 / 2 = 4 per schedule, feasible; of local 4: 2, refused

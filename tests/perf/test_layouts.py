@@ -560,7 +560,8 @@ def test_per_schedule_interleaving_rule_agrees_between_search_and_single_plans()
     assert search.rule_example(rule) == (
         "vpp=2 > 1 needs at least pp=4 micro-batches per pipeline schedule; torchtitan runs "
         "one schedule per local batch, of local_seqs/micro_batch=2 (local_seqs=4, "
-        "micro_batch=2)")
+        "micro_batch=2); with fewer, interleaving cannot shrink the bubble (the stack warns "
+        "of it): state vpp 1, a larger local_seqs or a smaller micro-batch")
     for index in range(search.n_candidates):
         alone = search.candidates.take(index)
         reason = first_reason(plan_violations(workload, alone, 8), alone, 0)

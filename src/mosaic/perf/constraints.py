@@ -85,7 +85,9 @@ def _interleaved_microbatches_rule(workload: Workload, plans: ParallelPlans
     pipeline_parallel_microbatch_size (distributed/pipeline_parallel.py
     build_pipeline_schedule l. 186-194 @ v0.2.2; num_pp_microbatches "per data-parallel rank
     and gradient accumulation iteration", config/configs.py @ b5bcd76c66), so the count that
-    matters is :func:`~mosaic.perf.schedule.microbatches_per_schedule`, not the step's.
+    matters is :func:`~mosaic.perf.schedule.microbatches_per_schedule`, not the step's (NeMo
+    AutoModel likewise: n_microbatches = local_batch_size // microbatch_size,
+    components/distributed/pipelining/functional.py build_pipeline_schedule @ 36044ad3d).
     Below pp·vpp torchtitan only warns ("may result in a bubble in the pipeline", same
     function) and torch's ScheduleInterleaved1F1B runs fewer than pp in one round
     (number_of_rounds = max(1, n_microbatches // pp_group_size): __init__ in
@@ -101,7 +103,9 @@ def _interleaved_microbatches_rule(workload: Workload, plans: ParallelPlans
     per_schedule = microbatches_per_schedule(workload, plans)
     return (f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per pipeline schedule; "
             f"{workload.stack} runs one schedule per local batch, of local_seqs/micro_batch="
-            f"{{schedule_microbatches}} (local_seqs={local}, micro_batch={{micro_batch}})",
+            f"{{schedule_microbatches}} (local_seqs={local}, micro_batch={{micro_batch}}); "
+            "with fewer, interleaving cannot shrink the bubble (the stack warns of it): state "
+            "vpp 1, a larger local_seqs or a smaller micro-batch",
             (plans.vpp > 1) & (per_schedule < plans.pp),
             {"schedule_microbatches": per_schedule})
 
@@ -110,7 +114,9 @@ def _torch_interleaved_rounds_rule(workload: Workload, plans: ParallelPlans
                                    ) -> tuple[str, np.ndarray, dict]:
     """torch.distributed.pipelining's interleaved schedules, which the per-pass stacks run
     for vpp > 1 (torchtitan's Interleaved1F1B, as mosaic's export writes it; NeMo AutoModel
-    builds its schedule through the same get_schedule_class), split a schedule's
+    takes its schedule class from torch's get_schedule_class too: components/distributed/
+    pipelining/functional.py build_pipeline_schedule l. 822-879 @ 36044ad3d), split a
+    schedule's
     n micro-batches into max(1, n // pp) rounds of equal size and raise ValueError when the
     rounds do not divide n: ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble
     __init__, distributed/pipelining/schedules.py, torch 2.13.0 (pp 4: 9 micro-batches make
