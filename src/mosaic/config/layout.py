@@ -35,7 +35,7 @@ from mosaic.perf.plan import (
     default_sequence_parallel,
     single_plan,
 )
-from mosaic.perf.schedule import microbatches_per_schedule_of
+from mosaic.perf.schedule import interleaved_rounds, microbatches_per_schedule_of
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -310,10 +310,19 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
         micro_batches = microbatches_per_schedule_of(stack, batch.global_seqs, dp, micro or 1,
                                                      batch.local_seqs, parallelism.pp)
         per_pass = batch.local_seqs is not None and traits.pipeline_schedule_per_pass
-        if micro_batches >= parallelism.pp:
+        # torch's interleaved schedules also need their rounds to divide the micro-batches
+        rounds = int(interleaved_rounds(micro_batches, parallelism.pp))
+        uneven = traits.pipeline_schedule_per_pass and micro_batches % rounds != 0
+        if micro_batches >= parallelism.pp and not uneven:
             vpp = traits.interleaved_vpp_default
             notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} assumed ({stack} interleaved "
                          "schedule, fewest stages per rank)")
+        elif micro_batches >= parallelism.pp:
+            vpp = 1
+            notes.append(f"{VPP_DEFAULT_NOTE}: 1 assumed ({stack}'s interleaved default of "
+                         f"{traits.interleaved_vpp_default} runs torch's interleaved schedule, "
+                         f"which needs its max(1, n // pp)={rounds} rounds to divide the "
+                         f"{micro_batches} micro-batches of a schedule)")
         else:
             vpp = 1
             notes.append(f"{VPP_DEFAULT_NOTE}: 1 assumed ({stack}'s interleaved default of "

@@ -17,6 +17,7 @@ from mosaic.perf.pipeline_layout import leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     dualpipe_pairs_stages,
+    interleaved_rounds,
     laid_out,
     microbatches_per_schedule,
     n_microbatches,
@@ -123,7 +124,7 @@ def _torch_interleaved_rounds_rule(workload: Workload, plans: ParallelPlans
     2 rounds and are refused; 6 make one round and 10 two, both run). n is the count of one
     schedule (:func:`~mosaic.perf.schedule.microbatches_per_schedule`)."""
     per_schedule = microbatches_per_schedule(workload, plans)
-    rounds = np.maximum(per_schedule // np.maximum(plans.pp, 1), 1)
+    rounds = interleaved_rounds(per_schedule, plans.pp)
     local = workload.local_batch
     count = (f"local_seqs/micro_batch={{schedule_microbatches}} (local_seqs={local}, "
              "micro_batch={micro_batch})" if local is not None else

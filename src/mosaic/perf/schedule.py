@@ -189,6 +189,14 @@ def microbatches_per_schedule_of(stack: str, global_batch: int, dp: int, micro_b
     return max(n_mb // int(_passes(global_batch, dp, local_batch, pp, n_mb)), 1)
 
 
+def interleaved_rounds(per_schedule: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
+    """Rounds torch.distributed.pipelining's interleaved schedules cut a schedule's
+    micro-batches into, max(1, n // pp); they raise ValueError unless the rounds divide n
+    (ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble __init__,
+    distributed/pipelining/schedules.py, torch 2.13.0)."""
+    return np.maximum(np.asarray(per_schedule) // np.maximum(pp, 1), 1)
+
+
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Whether fully sharded units stay gathered from their first forward to their last
     backward of each pipeline schedule (:func:`schedule_passes`; one per step unless the
