@@ -213,3 +213,20 @@ def test_a_coverage_range_that_is_no_range_is_refused(field, value) -> None:
     (coverage[block] if block else coverage)[key] = value
     with pytest.raises(MosaicInputError, match=rf"coverage\.{field} .*a range is two positive"):
         parse_coverage(coverage, "cal.yaml")
+
+
+def test_inherited_runs_load_absent_as_not_recorded_and_round_trip_even_empty() -> None:
+    """coverage.inherited_runs: absent (a profile written before) is None, "not recorded",
+    which the cross-validation reads as maybe any run; [] is recorded, none beyond
+    fitted_runs, and is written back, not dropped as the other empty lists are."""
+    document = COVERAGE.to_document()
+    assert "inherited_runs" not in document and parse_coverage(document, "f").inherited_runs \
+        is None
+    for recorded in ((), ("p1-run-a", "p1-run-b")):
+        coverage = dataclasses.replace(COVERAGE, inherited_runs=recorded)
+        assert coverage.to_document()["inherited_runs"] == list(recorded)
+        assert parse_coverage(coverage.to_document(), "f") == coverage
+    for bad, message in ((["ok", ""], "coverage.inherited_runs: a run id is a non-empty"),
+                         ("p1-run-a", "inherited_runs"), ([3], "inherited_runs")):
+        with pytest.raises(MosaicInputError, match=message):
+            parse_coverage(dict(document, inherited_runs=bad), "f")

@@ -95,6 +95,7 @@ class _CoverageFile(BaseModel):
     memory_ratio_spread_only: bool = False
     systems: tuple[str, ...] = ()
     fitted_runs: tuple[str, ...] = ()
+    inherited_runs: tuple[str, ...] | None = None
     stack_classes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
@@ -107,6 +108,9 @@ class _CoverageFile(BaseModel):
             if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
                 raise ValueError(f"coverage.{name} [{low}, {high}]: a range is two positive "
                                  "finite numbers, low <= high")
+        for field in ("fitted_runs", "inherited_runs"):
+            if any(not run_id.strip() for run_id in getattr(self, field) or ()):
+                raise ValueError(f"coverage.{field}: a run id is a non-empty string")
         return self
 
 
@@ -147,6 +151,12 @@ class CalibrationCoverage:
     systems: tuple[str, ...] = ()
     # the ids of the runs the constants were fitted on (validate calls their scores in-sample)
     fitted_runs: tuple[str, ...] = ()
+    # the ids of the runs, other than fitted_runs, that a value kept from the profile it was
+    # refitted over was fitted on: that base's fitted_runs and inherited_runs (mosaic
+    # calibrate; empty: none beyond fitted_runs). None: not recorded (a profile written
+    # before, by hand, or over a base that did not record its own), read as "maybe any run"
+    # (evaluate.calibrate.base_independent_of)
+    inherited_runs: tuple[str, ...] | None = None
     # the (stack, class) pairs the fitted runs hold, as "stack/class" (empty: not recorded):
     # a trial's torchtitan MoE job read 'inside' a profile whose torchtitan runs were dense
     stack_classes: tuple[str, ...] = ()
@@ -170,6 +180,9 @@ class CalibrationCoverage:
             **({"memory_ratio_spread_only": True} if self.memory_ratio_spread_only else {}),
             **({"systems": list(self.systems)} if self.systems else {}),
             **({"fitted_runs": list(self.fitted_runs)} if self.fitted_runs else {}),
+            # written when recorded, even empty: absent means not recorded
+            **({"inherited_runs": list(self.inherited_runs)}
+               if self.inherited_runs is not None else {}),
             **({"stack_classes": list(self.stack_classes)} if self.stack_classes else {}),
         }
 
@@ -190,7 +203,8 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
         memory_ratio_from=parsed.memory_ratio_from,
         memory_ratio_spread_only=parsed.memory_ratio_spread_only, systems=parsed.systems,
-        fitted_runs=parsed.fitted_runs, stack_classes=parsed.stack_classes)
+        fitted_runs=parsed.fitted_runs, inherited_runs=parsed.inherited_runs,
+        stack_classes=parsed.stack_classes)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
