@@ -747,3 +747,39 @@ def test_validate_table_shows_a_trained_record_without_throughput(tmp_path):
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if run["id"] in line)
     assert "trained" in row
+
+
+def _example_runs_file(tmp_path: Path, name: str, run_ids: set[str]) -> Path:
+    """The example runs file holding only ``run_ids``."""
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    document["runs"] = [run for run in document["runs"] if run["id"] in run_ids]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_cross_validation_over_a_profile_that_kept_values_fitted_on_the_held_out_runs(tmp_path):
+    """P1 fitted on runs A, P2 refitted over P1 on runs B keeps P1's values for what B lacks
+    (A's torchtitan multiplier): a cross-validation over P2 holding out A's runs would score
+    them in-sample under those values. P2 records them (coverage.inherited_runs), and the
+    folds drop P2's values, as for a base fitted on the held-out runs."""
+    runs_a = {TORCHTITAN_RUN, "example-bridge-qwen3-30b-a3b-b200-8-mxfp8"}
+    file_a = _example_runs_file(tmp_path, "a", runs_a)
+    file_b = _example_runs_file(tmp_path, "b", {"example-bridge-deepseekv3-gb200-256-bf16"})
+    p1, p2 = tmp_path / "p1.yaml", tmp_path / "p2.yaml"
+    for runs, base, out in ((file_a, "default", p1), (file_b, str(p1), p2)):
+        result = runner.invoke(app, ["calibrate", str(runs), "--base", base, "--cv", "none",
+                                     "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    coverage = yaml.safe_load(p2.read_text())["coverage"]
+    assert runs_a.isdisjoint(coverage["fitted_runs"])
+    assert runs_a <= set(coverage["inherited_runs"])  # P1's own, kept by P2
+    assert load_calibration(str(p2)).stack_multiplier("torchtitan") == \
+        load_calibration(str(p1)).stack_multiplier("torchtitan")  # the kept value
+    result = runner.invoke(app, ["calibrate", str(file_a), "--base", str(p2), "--cv", "run",
+                                 "--json", "--out", str(tmp_path / "p3.yaml")])
+    assert result.exit_code == 0, result.output
+    held_out = json.loads(result.stdout)["cross_validation"]
+    assert held_out["base_values_kept_for"] == []
+    assert held_out["base_fitted_runs_recorded"] and held_out["base_inherited_runs_recorded"]
+    assert "'p2' was fitted on runs of 2 held-out group(s)" in result.stderr

@@ -135,22 +135,30 @@ def test_closed_form_keeps_the_launch_floor_max_of_eq_11():
         assert calibrated_step_time_s(run, calibration)[0] == pytest.approx(expected)
 
 
-def fitted_on(run_ids: tuple[str, ...] | None):
-    """BASE as if fitted on ``run_ids`` (its coverage.fitted_runs); None: not recorded."""
+def fitted_on(run_ids: tuple[str, ...] | None, inherited: tuple[str, ...] | None = ()):
+    """BASE as if fitted on ``run_ids`` (its coverage.fitted_runs), keeping values fitted on
+    ``inherited`` (coverage.inherited_runs); None: not recorded."""
     if run_ids is None:
         return replace(BASE, coverage=None)
-    return replace(BASE, coverage=replace(BASE.coverage, fitted_runs=run_ids))
+    return replace(BASE, coverage=replace(BASE.coverage, fitted_runs=run_ids,
+                                          inherited_runs=inherited))
 
 
-@pytest.mark.parametrize("recorded", ["these runs", "one held-out run", "not recorded"])
+@pytest.mark.parametrize("recorded", ["these runs", "one held-out run", "not recorded",
+                                      "kept values fitted on them", "kept values unrecorded"])
 def test_leave_one_group_out_predicts_held_out_stack_from_the_others(recorded):
     """A base fitted on (or maybe fitted on) the held-out runs lends them nothing: each
     held-out group's stack is unseen in its training fold and predicted with the fold's
-    shared multiplier, 1.2, so the held-out error is ~0."""
+    shared multiplier, 1.2, so the held-out error is ~0. So does one fitted on other runs
+    that kept values of a profile fitted on them (P2 refitted over P1: the lineage leak),
+    or that does not record what its kept values were fitted on (written before it did)."""
     baselines = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.2})
     groups = ["a" if s == "megatron-core" else "b" for s in baselines.stacks]
-    base = fitted_on({"these runs": baselines.ids, "one held-out run": ("run0", "run39"),
-                      "not recorded": None}[recorded])
+    base = {"these runs": fitted_on(baselines.ids),
+            "one held-out run": fitted_on(("run0", "run39")),
+            "not recorded": fitted_on(None),
+            "kept values fitted on them": fitted_on(("p2-run",), baselines.ids),
+            "kept values unrecorded": fitted_on(("p2-run",), None)}[recorded]
     cv = leave_one_group_out(baselines, groups, base)
     assert np.abs(cv.errors).max() < 1e-2
     assert cv.base_kept_groups == ()
@@ -163,7 +171,7 @@ def test_a_fold_the_base_was_not_fitted_on_keeps_the_base_stack_value():
     base's torchtitan multiplier, error 1.5 / m_torchtitan - 1, not the fold's 1.2."""
     baselines = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.5})
     groups = ["a" if s == "megatron-core" else "b" for s in baselines.stacks]
-    base = fitted_on(("published-run-1", "published-run-2"))
+    base = fitted_on(("published-run-1", "published-run-2"), ("older-run",))
     cv = leave_one_group_out(baselines, groups, base)
     held_out = np.array(baselines.stacks) == "torchtitan"
     expected = 1.5 / BASE.stack_overhead["torchtitan"] - 1  # analytic x multiplier: no chi

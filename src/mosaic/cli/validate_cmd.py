@@ -39,6 +39,7 @@ from mosaic.errors import MosaicInputError, shown
 from mosaic.evaluate.calibrate import (
     MIN_RUNS_PER_PARAMETER,
     base_fitted_runs,
+    base_inherited_runs,
     chosen_constants,
     fit_calibration,
     fit_predictions,
@@ -47,7 +48,11 @@ from mosaic.evaluate.calibrate import (
     leave_one_group_out,
     without_implausible_throughput,
 )
-from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
+from mosaic.evaluate.coverage_fit import (
+    build_coverage,
+    with_borrowed_residuals,
+    with_inherited_runs,
+)
 from mosaic.evaluate.envelope_tally import EnvelopeTally
 from mosaic.evaluate.memory_scale import MIN_MEMORY_SCALE_RUNS, with_memory_scale
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
@@ -554,6 +559,8 @@ def calibrate(
             # which folds kept the base's values for what their runs lack, as the written
             # profile does: those holding out none of the base's fitted runs (evaluate.calibrate)
             "base_fitted_runs_recorded": base_fitted_runs(start) is not None,
+            # and the runs of the values it kept from its own base (coverage.inherited_runs)
+            "base_inherited_runs_recorded": base_inherited_runs(start) is not None,
             "base_values_kept_for": list(cv_result.base_kept_groups)}
         # the same runs under the starting calibration as it is: whether refitting helped
         as_started = replace(in_sample["starting"], groups=tuple(groups))
@@ -564,6 +571,9 @@ def calibrate(
         + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"),
         # the runs' memory as predicted, unless a fitted memory scale moved it
         predictions=predictions if fitted.memory_scale == start.memory_scale else None)
+    # the runs of the values kept from the start (keep_unseen): a later cross-validation
+    # over this profile must not call a fold holding out those runs independent of it
+    coverage = with_inherited_runs(coverage, start)
     fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start,
                                                               fitted.memory_scale))
     report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from
@@ -773,11 +783,19 @@ def _echo_cv_base(report: dict[str, Any], base: str) -> None:
                    "stack or routing regime a fold's runs lack gets the fold's own fit, not "
                    f"the value of '{base}' that the written profile keeps; the held-out error "
                    "may overstate the profile's", err=True)
+    elif not cv["base_inherited_runs_recorded"]:
+        typer.echo(f"note: '{base}' does not record the runs that the values it kept from "
+                   "the profile it was refitted over were fitted on (coverage.inherited_runs; "
+                   "profiles written by older versions): the cross-validation treats them as "
+                   "possibly the held-out runs, so a stack or routing regime a fold's runs "
+                   f"lack gets the fold's own fit, not the value of '{base}' that the written "
+                   "profile keeps; the held-out error may overstate the profile's", err=True)
     elif dropped:
-        typer.echo(f"note: '{base}' was fitted on runs of {dropped} held-out group(s): "
-                   f"those folds do not keep the values of '{base}' (that would score the "
-                   "runs in-sample), so a stack or routing regime their runs lack gets the "
-                   "fold's own fit", err=True)
+        typer.echo(f"note: '{base}' was fitted on runs of {dropped} held-out group(s) "
+                   "(itself, or the profile it kept values from; coverage.fitted_runs, "
+                   f"coverage.inherited_runs): those folds do not keep the values of "
+                   f"'{base}' (that would score the runs in-sample), so a stack or routing "
+                   "regime their runs lack gets the fold's own fit", err=True)
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:

@@ -543,11 +543,32 @@ def base_fitted_runs(base: Calibration) -> frozenset[str] | None:
     return frozenset(recorded) if recorded else None
 
 
+def base_inherited_runs(base: Calibration) -> frozenset[str] | None:
+    """The ids of the runs, beyond its own fitted runs, that the values ``base`` kept from
+    the profile it was refitted over were fitted on (its file's ``coverage.inherited_runs``,
+    possibly empty), or None where its file does not record them (a profile written before
+    it did, or over a base that did not): those values may have been fitted on any run."""
+    recorded = None if base.coverage is None else base.coverage.inherited_runs
+    return None if recorded is None else frozenset(recorded)
+
+
+def base_lineage_runs(base: Calibration) -> frozenset[str] | None:
+    """Every run any value of ``base`` was fitted on, its own fit's and those its kept values
+    were fitted on (a profile refitted over another keeps the other's values for what its
+    runs lack), or None where either is not recorded. A profile `mosaic calibrate` writes
+    over ``base`` records this, less its own fitted runs, as its ``coverage.inherited_runs``."""
+    fitted_on, inherited = base_fitted_runs(base), base_inherited_runs(base)
+    return None if fitted_on is None or inherited is None else fitted_on | inherited
+
+
 def base_independent_of(base: Calibration, run_ids: Sequence[str]) -> bool:
-    """Whether ``base`` is known to have been fitted on none of ``run_ids``: only then may a
-    cross-validation fold holding them out keep the base's values."""
-    fitted_on = base_fitted_runs(base)
-    return fitted_on is not None and fitted_on.isdisjoint(run_ids)
+    """Whether ``base`` is known to have been fitted on none of ``run_ids``, in its own fit
+    or in any it kept values from (:func:`base_lineage_runs`): only then may a
+    cross-validation fold holding them out keep the base's values. A profile P2 refitted
+    over P1 on other runs keeps P1's values; a fold holding out P1's runs under P2 would
+    score them in-sample."""
+    lineage = base_lineage_runs(base)
+    return lineage is not None and lineage.isdisjoint(run_ids)
 
 
 def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
@@ -563,8 +584,9 @@ def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
     profile would predict a new run of it (a trial: 35.5% held out with the shared
     multiplier, 23.6% under the base's torchtitan value that the profile keeps).
 
-    Any other fold (the base was, or may have been, fitted on a held-out run: the shipped
-    profile refitted on the published runs) drops the base's values: its free χ_sys
+    Any other fold (the base was, or may have been, fitted on a held-out run, itself or in
+    a value it kept from the profile it was refitted over: the shipped profile refitted on
+    the published runs) drops the base's values: its free χ_sys
     constants (c_A2A, c_PP, c_ovl) start at their neutral 0, so one no run of the fold
     informs stays 0, and a stack the fold lacks gets the fold's shared multiplier. Keeping
     the base's values there made the held-out error an in-sample one.

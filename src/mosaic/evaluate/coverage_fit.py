@@ -13,7 +13,7 @@ import numpy as np
 
 from mosaic.arch.counts import count_parameters
 from mosaic.config.run_records import RunRecord
-from mosaic.evaluate.calibrate import CrossValidation
+from mosaic.evaluate.calibrate import CrossValidation, base_lineage_runs
 from mosaic.evaluate.validation_report import RunPrediction, predict_runs
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import (
@@ -89,6 +89,19 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         stack_classes=tuple(sorted({stack_class(s, c)
                                     for s, c in zip(stacks, classes, strict=True)})),
         tokens_per_s_ratio=tokens, tokens_per_s_shared_fraction=shared, memory_ratio=memory)
+
+
+def with_inherited_runs(coverage: CalibrationCoverage, base: Calibration
+                        ) -> CalibrationCoverage:
+    """``coverage`` of a profile refitted over ``base`` (which keeps its values for what the
+    runs lack), recording the runs those kept values were fitted on beyond its own fitted
+    runs: every run of ``base``'s lineage (evaluate.calibrate.base_lineage_runs), or None
+    (not recorded) where ``base`` does not record its own. A later cross-validation over
+    this profile then holds those runs out strictly (a P2 refitted over P1 on other runs had
+    recorded only its own, and folds holding out P1's runs kept P1's values)."""
+    lineage = base_lineage_runs(base)
+    return replace(coverage, inherited_runs=None if lineage is None else tuple(
+        sorted(lineage.difference(coverage.fitted_runs))))
 
 
 def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
