@@ -783,3 +783,7 @@ def test_cross_validation_over_a_profile_that_kept_values_fitted_on_the_held_out
     assert held_out["base_values_kept_for"] == []
     assert held_out["base_fitted_runs_recorded"] and held_out["base_inherited_runs_recorded"]
     assert "'p2' was fitted on runs of 2 held-out group(s)" in result.stderr
+    # validate under P2 calls A's scores in-sample too: P2's kept values were fitted on them
+    shown = json.loads(runner.invoke(app, ["validate", str(file_a), "--calibration", str(p2),
+                                           "--json"]).stdout)
+    assert shown["aggregate"]["in_sample_runs"] == len(runs_a)

@@ -217,11 +217,12 @@ def validate(
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
     _check_strict(runs, skipped, strict)
     excluded = sorted(exclusions.ids)
-    # runs the profile was fitted on score its fit, not the model (a trial quoted 10.4% for
-    # a profile fitted on the same runs)
+    # runs the profile was fitted on, or that values it kept from its base were fitted on,
+    # score its fit, not the model (a trial quoted 10.4% for a profile fitted on the same runs)
+    coverage = model_calibration.coverage
     aggregate = summary.aggregate(
-        frozenset(model_calibration.coverage.fitted_runs)
-        if model_calibration.coverage is not None else frozenset())
+        frozenset(coverage.fitted_runs) | frozenset(coverage.inherited_runs or ())
+        if coverage is not None else frozenset())
     _check_strict(runs, aggregate["implausible_measurements"], strict,
                   "run(s) look mis-entered")
     # which profile and hardware catalog scored the runs (a trial could not tell from the

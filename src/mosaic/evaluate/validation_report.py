@@ -336,8 +336,9 @@ class ValidationSummary:
 
     def aggregate(self, fitted_runs: frozenset[str] = frozenset()) -> dict[str, Any]:
         """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement;
-        ``in_sample_runs`` counts the runs among ``fitted_runs``, those the calibration was
-        fitted on (their errors score its fit, not the model).
+        ``in_sample_runs`` counts the runs among ``fitted_runs``, those the calibration's
+        values were fitted on (its own fit's and its base's; their errors score its fit, not
+        the model).
 
         Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left
         out of the throughput figures and listed with the reason; their memory still counts.
