@@ -91,6 +91,9 @@ class CaseResult:
     best: dict
     best_tokens_per_s_per_gpu: float
     seconds: float
+    # step seconds per breakdown term, the preset's minus the best layout's (same tokens)
+    term_gaps_s: dict[str, float]
+    preset_step_s: float
 
     @property
     def gain(self) -> float:
@@ -136,16 +139,32 @@ def run_case(path: Path, record: RunRecord, calibration: Calibration) -> CaseRes
     same &= plans.checkpointing == int(spec.plan.checkpointing[0])
     preset_fits = bool(float(preset.prediction.memory_bytes[0])
                        <= machine.hbm_bytes * machine.usable_memory_fraction)
+    gaps: dict[str, float] = {}
     if search.n_feasible:
         best_index = int(search.ranking[0])
         best_row, best_tps = plans.row(best_index), float(feasible_tps[0])
+        best_terms = search.prediction.breakdown_s
+        preset_terms = preset.prediction.breakdown_s
+        for name in set(best_terms) | set(preset_terms):
+            gaps[name] = (float(preset_terms[name][0]) if name in preset_terms else 0.0) - (
+                float(best_terms[name][best_index]) if name in best_terms else 0.0)
     else:
         best_row, best_tps = {}, float("nan")
     return CaseResult(record=record, preset_tokens_per_s_per_gpu=preset_tps,
                       preset_fits_headroom=preset_fits, rank=rank,
                       n_feasible=search.n_feasible, in_grid=bool(same.any()), best=best_row,
                       best_tokens_per_s_per_gpu=best_tps,
-                      seconds=time.perf_counter() - start)
+                      seconds=time.perf_counter() - start, term_gaps_s=gaps,
+                      preset_step_s=float(preset.prediction.step_time_s[0]))
+
+
+def driver_text(result: CaseResult, top: int = 4) -> str:
+    """The terms that make the preset slower than the best layout, largest first, as
+    shares of the preset's step ('ep_all_to_all +38%, vocab_stage +12%, compute_recompute
+    -11%'): what `mosaic explain` of the two layouts would show apart."""
+    ranked = sorted(result.term_gaps_s.items(), key=lambda item: -abs(item[1]))[:top]
+    return ", ".join(f"{name} {gap / result.preset_step_s:+.0%}" for name, gap in ranked
+                     if abs(gap) >= 0.005 * result.preset_step_s)
 
 
 def summary_lines(results: list[CaseResult]) -> list[str]:
@@ -182,6 +201,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="run only the first N cases (a quick look)")
     parser.add_argument("--match", default=None, help="only cases whose id contains this")
+    parser.add_argument("--why", type=float, default=0.20,
+                        help="list the step terms behind every gain above this (default 0.20)")
     args = parser.parse_args()
     calibration = load_calibration(args.calibration)
     with warnings.catch_warnings():
@@ -215,6 +236,15 @@ def main() -> None:
           "planning headroom)")
     for line in summary_lines(results):
         print(line)
+    flagged = sorted((r for r in results if r.n_feasible and r.gain > args.why),
+                     key=lambda r: -r.gain)
+    if flagged:
+        print(f"\nbest layout >{args.why:.0%} faster than the preset ({len(flagged)}): the "
+              "terms that differ, preset minus best, as shares of the preset's step")
+        for result in flagged:
+            print(f"  {result.record.id.removeprefix('preset-')} {result.gain:+.0%}: "
+                  f"{layout_text(result.record.plan.row(0))} -> {layout_text(result.best)}; "
+                  f"{driver_text(result)}")
     if failed:
         print(f"\nnot predicted ({len(failed)}):")
         for run_id, why in failed:
