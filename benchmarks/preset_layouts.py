@@ -110,9 +110,11 @@ def layout_text(row: dict) -> str:
     return f"{degrees} mbs{row['micro_batch']} {sharding} {checkpointing}"
 
 
-def run_case(path: Path, record: RunRecord, calibration: Calibration) -> CaseResult:
-    """The search `mosaic layouts PATH#ID` runs with default options, and the preset as
-    `mosaic explain PATH#ID` predicts it."""
+def run_case(path: Path, record: RunRecord, calibration: Calibration,
+             options: dict[str, str | None] | None = None) -> CaseResult:
+    """The search `mosaic layouts PATH#ID` runs (default options, or ``options``: its --mbs,
+    --sharding and --checkpointing), and the preset as `mosaic explain PATH#ID` predicts
+    it."""
     start = time.perf_counter()
     reference = Path(f"{path}#{record.id}")
     spec = load_job_spec(reference, [], None, default_stack=calibration.stack)
@@ -122,7 +124,8 @@ def run_case(path: Path, record: RunRecord, calibration: Calibration) -> CaseRes
     search_spec = searched_under_planning_headroom(spec)
     cluster = cluster_for(search_spec)
     limits = layout_limits(**{"max_tp": None, **dict.fromkeys(
-        ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sharding", "checkpointing"))})
+        ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sharding", "checkpointing")),
+        **(options or {})})
     workload = with_searched_remainder_last_layouts(search_spec.workload, cluster.n_devices,
                                                     limits)
     machine = machine_for(cluster, workload.precision, search_spec.usable_memory_fraction,
@@ -201,10 +204,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="run only the first N cases (a quick look)")
     parser.add_argument("--match", default=None, help="only cases whose id contains this")
+    for option in ("mbs", "sharding", "checkpointing"):  # `mosaic layouts`' options
+        parser.add_argument(f"--{option}", default=None,
+                            help=f"narrow the search as `mosaic layouts --{option}` does")
     parser.add_argument("--why", type=float, default=0.20,
                         help="list the step terms behind every gain above this (default 0.20)")
     args = parser.parse_args()
     calibration = load_calibration(args.calibration)
+    options = {name: getattr(args, name) for name in ("mbs", "sharding", "checkpointing")
+               if getattr(args, name) is not None}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
         record_set = apply_record_settings(load_run_records(args.runs))
@@ -213,14 +221,16 @@ def main() -> None:
             cases = [r for r in cases if args.match in r.id]
         if args.limit:
             cases = cases[:args.limit]
+        narrowed = "".join(f", --{name} {value}" for name, value in options.items())
         print(f"calibration {calibration.name!r}; {args.runs.name}: "
-              f"{len(record_set.records)} records, {len(cases)} cases")
+              f"{len(record_set.records)} records, {len(cases)} cases; search: `mosaic "
+              f"layouts` defaults{narrowed}")
         print(f"{'preset':52s} {'tok/s/GPU':>9s} {'rank':>9s} {'gain':>7s}  best layout "
               "(search)")
         results, failed = [], []
         for record in cases:
             try:
-                result = run_case(args.runs, record, calibration)
+                result = run_case(args.runs, record, calibration, options)
             except MosaicInputError as exc:  # a case the model cannot predict
                 failed.append((record.id, f"{type(exc).__name__}: {exc}"))
                 continue
