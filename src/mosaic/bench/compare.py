@@ -88,11 +88,35 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return cases, summary
 
 
-def plot(cases: pd.DataFrame, path: Path, label_a: str, label_b: str) -> None:
-    """Log-log scatter of time B against time A per family, with the y = x line."""
+def plot_format(path: Path) -> str:
+    """The image format ``--plot PATH`` is written in: its suffix's where matplotlib's Agg
+    canvas writes it (``FigureCanvasBase.get_supported_filetypes``), PNG for a name without
+    a suffix (written under that very name: matplotlib would append ``.png``, and the command
+    then named a file it had not written, a trial's ``--plot compare``). MosaicInputError for
+    a directory (matplotlib wrote ``DIR.png`` beside it) or a suffix matplotlib cannot write
+    (a trial's ``--plot t1.yaml`` was an internal error after the whole comparison)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if path.is_dir():
+        raise MosaicInputError(f"--plot {path}: is a directory; give the image file to write, "
+                               f"e.g. {path / 'compare.png'}")
+    suffix = path.suffix.lower().lstrip(".")
+    if not suffix:
+        return "png"
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if suffix not in supported:
+        raise MosaicInputError(f"--plot {path}: matplotlib writes no .{suffix} image; name a "
+                               f"file ending in .png (or {', '.join(sorted(supported))})")
+    return suffix
+
+
+def plot(cases: pd.DataFrame, path: Path, label_a: str, label_b: str) -> None:
+    """Log-log scatter of time B against time A per family, with the y = x line, written to
+    exactly ``path`` in :func:`plot_format`'s format."""
+    image_format = plot_format(path)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 6))
@@ -105,7 +129,7 @@ def plot(cases: pd.DataFrame, path: Path, label_a: str, label_b: str) -> None:
            ylabel=f"{label_b} time (s)", title="mosaic bench compare")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format=image_format)
     plt.close(fig)
 
 

@@ -361,9 +361,11 @@ def compare_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Compare two bench directories case by case (time B / time A)."""
-    from mosaic.bench.compare import as_records, compare
+    from mosaic.bench.compare import as_records, compare, plot_format
     from mosaic.bench.compare import plot as plot_cases
 
+    if plot is not None:
+        plot_format(plot)  # a path it cannot write refused before comparing, not after
     cases, summary = compare(dir_a, dir_b)
     if plot is not None:
         plot_cases(cases, plot, dir_a.name, dir_b.name)
