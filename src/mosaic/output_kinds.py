@@ -53,6 +53,13 @@ OTHER_OUTPUT_SIGNATURES: dict[str, tuple[str, ...]] = {
     "law predict --json": ("n_total", "tokens", "loss", "form", "law"),
     "arch --json": ("n_total", "n_active", "flops_per_token", "attention_flops_per_token"),
     "calibrate --out": ("name", "provenance", "constants"),
+    # the trainer, the ladder and the bench (a trial gave `report` a run's result.json and
+    # each command's --json, and was told each was "not a mosaic result")
+    "train --json": ("steps", "total_steps", "smoothed_loss", "complete"),  # = result.json
+    "train --out": ("geometry", "total_steps", "tokens_per_step", "schedule"),  # run.json
+    "ladder run --json": ("runs_csv", "runs"),
+    "ladder fit --json": ("law_file", "coefficients", "unbalanced_rungs_left_out"),
+    "bench --json": ("out", "families"),
 }
 
 

@@ -34,6 +34,7 @@ from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.limits import LIMITS
+from mosaic.output_kinds import output_command
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.schedule import WSDSchedule
 
@@ -345,6 +346,12 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
             f"{where}: a ladder grid (blocks recipe and ladder: `mosaic ladder run`), not a "
             "`mosaic train` job, which holds data, run and a model or ladder block "
             "(docs/train.md)")
+    written_by = output_command(data)
+    if written_by is not None and "run" not in data:  # a run's result.json or run.json given
+        # back as its job (a trial: 25 unknown fields named, not the file it was)
+        raise MosaicInputError(
+            f"{where}: the file that `mosaic {written_by}` writes, not a `mosaic train` job, "
+            "which holds data, run and a model or ladder block (docs/train.md)")
     config = validate_mapping(TrainConfig, data, where)
     config.geometry(where)  # surface geometry errors now, not mid-run
     if config.run.device_name is not None:  # now, not as every ladder rung's failure

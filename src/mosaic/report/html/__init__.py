@@ -14,7 +14,12 @@ from typing import Any
 
 from mosaic.errors import MosaicInputError, require_extra
 from mosaic.io_atomic import write_text_atomic
-from mosaic.output_kinds import RESULT_SIGNATURES, result_kind, with_current_keys
+from mosaic.output_kinds import (
+    RESULT_SIGNATURES,
+    output_command,
+    result_kind,
+    with_current_keys,
+)
 from mosaic.report.html.traced import Trail, missing_field, plain_types, traced
 
 KINDS = tuple(RESULT_SIGNATURES)
@@ -25,9 +30,15 @@ def detect_kind(document: Any) -> str:
     kind = result_kind(document)
     if kind is not None:
         return kind
-    raise MosaicInputError(
-        "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate|"
-        "compare|explain --json`")
+    expected = "`mosaic report` draws the JSON of `mosaic plan|sweep|perf|layouts|validate|" \
+               "compare|explain --json`"
+    written_by = output_command(document)
+    if written_by is not None:  # another command's output: named, not "not a mosaic result"
+        plots = (" (a training run's curves: `run.plot: true` in its job writes metrics.html)"
+                 if written_by.startswith("train") else "")
+        raise MosaicInputError(f"the file that `mosaic {written_by}` writes, which has no "
+                               f"HTML report; {expected}{plots}")
+    raise MosaicInputError(f"not a mosaic result: {expected}")
 
 
 def _kind_or_none(document: Any) -> str | None:
