@@ -16,6 +16,12 @@ from mosaic.errors import MosaicNote
 
 _held: list[str] = []
 _released = False
+# the lines said so far in this command: one warning met twice (the same check run on the
+# same input again, e.g. a train job's geometry read when the job loads and when the model
+# is built) is said once; Python's own once-per-place filter forgets what it showed
+# whenever any code changes the warning filters (``warnings.catch_warnings``), which a
+# trial's `mosaic train` hit: its kv_heads warning printed twice
+_said: set[str] = set()
 
 
 def one_line(text: str) -> str:
@@ -39,6 +45,9 @@ def warning_line(message: Warning | str, category: type[Warning], filename: str,
         text = f"warning: {message}"
     else:
         text = f"warning: {category.__name__}: {message} ({os.path.basename(filename)}:{lineno})"
+    if text in _said:
+        return
+    _said.add(text)
     if _released:
         _emit(text)
     else:
@@ -70,6 +79,7 @@ def reset() -> None:
     """A new command: hold again (the CLI runs many commands in one process in tests)."""
     global _released
     _held.clear()
+    _said.clear()
     _released = False
 
 
