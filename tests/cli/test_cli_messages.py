@@ -497,3 +497,15 @@ def test_an_unparsable_long_number_is_shown_by_its_start_and_length(monkeypatch,
         cli_main.main()
     err = capsys.readouterr().err.strip()
     assert "(5,000 characters)" in err and len(err) < 400, err[:200]
+
+
+@pytest.mark.parametrize("command", [["perf"], ["layouts"]])
+def test_a_ladder_grid_given_as_a_perf_job_is_named(command):
+    """`bench gemm --job examples/ladder_tiny.yaml` (and perf, layouts) said only "unknown
+    block(s) ['ladder', 'recipe']" (a trial); the grid is named, and how to predict a rung."""
+    grid = EXAMPLES / "ladder_tiny.yaml"
+    result = runner.invoke(app, [*command, str(grid)])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "a ladder grid (blocks recipe and ladder: `mosaic ladder run`), not a job" in text
+    assert "--perf-job perf.yaml" in text and "unknown block" not in text

@@ -410,6 +410,13 @@ def canonical_job_document(document: dict[str, Any], where: str,
             "the performance model, which reads model, parallelism, batch and hardware "
             "blocks (docs/schema.md); `mosaic train FILE --perf-job perf.yaml --system NAME` "
             "writes the job that predicts it")
+    if {"recipe", "ladder"} <= unknown:  # a ladder grid (a trial's `bench gemm --job
+        # examples/ladder_tiny.yaml` was told only of two unknown blocks)
+        raise MosaicInputError(
+            f"{where}: a ladder grid (blocks recipe and ladder: `mosaic ladder run`), not a "
+            "job for the performance model, which reads model, parallelism, batch and "
+            "hardware blocks (docs/schema.md); `mosaic train RUNG.yaml --perf-job perf.yaml "
+            "--system NAME` writes the job that predicts one rung (docs/train.md)")
     if unknown:
         hints = [f"{shown(name)} -> did you mean {shown(close[0])}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]
