@@ -46,3 +46,16 @@ def test_a_path_it_cannot_write_is_one_line(tmp_path: Path, name, message):
     if name != "folder":
         assert path.read_text() == "kept: true\n"
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_the_plot_path_is_checked_as_every_output_file_before_comparing(tmp_path: Path):
+    """--plot skipped the checks of every other output (an unexpanded '~' would have made a
+    folder named '~'); they run before the two folders are read."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    result = CliRunner().invoke(app, ["bench", "compare", str(tmp_path / "a"),
+                                      str(tmp_path / "b"), "--plot", "~/compare.png"])
+    assert result.exit_code == 2
+    assert "'~' is not expanded here" in " ".join(result.output.split())

@@ -364,8 +364,11 @@ def compare_command(
     from mosaic.bench.compare import as_records, compare, plot_format
     from mosaic.bench.compare import plot as plot_cases
 
-    if plot is not None:
-        plot_format(plot)  # a path it cannot write refused before comparing, not after
+    if plot is not None:  # a path it cannot write refused before comparing, not after
+        from mosaic.io_atomic import check_output_file
+
+        check_output_file(plot, "--plot")  # as every other output file (a missing folder,
+        plot_format(plot)  # an unexpanded '~', an unwritable one)
     cases, summary = compare(dir_a, dir_b)
     if plot is not None:
         plot_cases(cases, plot, dir_a.name, dir_b.name)
