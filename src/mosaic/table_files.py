@@ -28,6 +28,19 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
 
     path = Path(path)
     suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES and path.is_dir():  # (a trial's hardware.gemm_table=DIR
+        # of `mosaic bench` was told of an "unknown extension ''")
+        bench = (path / "metadata.json").is_file() and (path / "measured").is_dir()
+        tables = sorted(p.name for p in (path / "measured").glob("*.csv")) if bench else []
+        kind = what.lower()
+        wanted = ("grouped_gemm.csv" if "grouped" in kind else "gemm.csv" if "gemm" in kind
+                  else "collectives.csv" if "collective" in kind else None)
+        example = wanted if wanted in tables else tables[0] if tables else None
+        raise MosaicInputError(
+            f"{what} {path}: a folder, not a table file (.csv/.parquet)"
+            + (f"; a `mosaic bench` folder: name one of its tables, e.g. "
+               f"{path / 'measured' / example} (measured/ holds {', '.join(tables)})"
+               if example else ""))
     if suffix not in TABLE_SUFFIXES:
         raise MosaicInputError(f"{what} {path}: unknown extension {shown(suffix)}; allowed: "
                                f"{', '.join(TABLE_SUFFIXES)}")
