@@ -509,3 +509,24 @@ def test_a_ladder_grid_given_as_a_perf_job_is_named(command):
     text = " ".join(result.output.split())
     assert "a ladder grid (blocks recipe and ladder: `mosaic ladder run`), not a job" in text
     assert "--perf-job perf.yaml" in text and "unknown block" not in text
+
+
+def test_under_torchrun_rank_zero_alone_says_to_rerun_torchrun(monkeypatch, capsys):
+    """`torchrun ... $(which mosaic) ladder run` interrupted: every rank said "resume with:
+    mosaic ladder run ...", a command without torchrun (a trial); rank 0 alone says it, with
+    torchrun and the script torchrun ran."""
+    import sys
+
+    from mosaic.cli import main as cli_main
+
+    argv = ["/venv/bin/mosaic", "ladder", "run", "grid.yaml", "--out", "d"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    for rank, said in (("1", ""), ("0", "error: interrupted; resume with: torchrun ... "
+                                        "/venv/bin/mosaic ladder run grid.yaml --out d (")):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main._interrupted()
+        assert exit_info.value.code == 130
+        err = capsys.readouterr().err
+        assert err.startswith(said) and (err == "") == (rank == "1")

@@ -313,6 +313,13 @@ def _interrupted() -> NoReturn:
              if tuple(words[:len(command)]) == command and "--dry-run" not in sys.argv]
     # the command itself, as the docs promise (a trial read "rerun the same command")
     command = shlex.join(["mosaic", *sys.argv[1:]])
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a worker of torchrun (which sets it: the
+        # docstring of torch/distributed/run.py, torch 2.13, "Environment Variables" item 12),
+        # e.g. `torchrun ... $(which mosaic) ladder run`: every rank was told to rerun
+        # `mosaic ladder run`, without torchrun (a trial)
+        if os.environ.get("RANK", "0") != "0":
+            sys.exit(INTERRUPTED)  # one line, from rank 0, as `-m mosaic.train` says it
+        command = f"torchrun ... {shlex.join(sys.argv)}"  # sys.argv[0]: the mosaic script
     _one_line("error: interrupted" + (f"; {hints[0].format(command=command)}" if hints
                                       else ""))
     sys.exit(INTERRUPTED)
