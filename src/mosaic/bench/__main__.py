@@ -3,7 +3,24 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
+
+INTERRUPTED = 130  # typer's exit status for Ctrl-C (typer/core.py: Exit(130)), 128 + SIGINT
+
+
+def interrupted_line(argv: list[str]) -> str | None:
+    """What an interrupted ``python -m mosaic.bench ARGV`` says (as ``mosaic bench`` does),
+    on rank 0 only under torchrun; None where it says nothing (another rank, a command that
+    measures nothing: ``compare``, ``--dry-run``)."""
+    if os.environ.get("RANK", "0") != "0":
+        return None
+    if not argv or argv[0] == "compare" or "--dry-run" in argv or "--help" in argv:
+        return "error: interrupted"
+    launcher = "torchrun ... -m" if "TORCHELASTIC_RUN_ID" in os.environ else "python -m"
+    return (f"error: interrupted; rerun {launcher} {shlex.join(['mosaic.bench', *argv])} to "
+            "measure the rest (the cases measured are kept)")
 
 
 def main() -> None:
@@ -11,8 +28,14 @@ def main() -> None:
     from mosaic.cli.warning_lines import install_immediate
 
     install_immediate()  # one `warning:` line each, as `mosaic bench` prints them
-
-    sys.exit(bench_app(prog_name="python -m mosaic.bench"))
+    try:
+        bench_app(prog_name="python -m mosaic.bench")
+    except SystemExit as exc:
+        # Ctrl-C ended it with status 130 and not a word (a trial): say so, and that a
+        # rerun measures the rest, as `mosaic bench` says it
+        if exc.code == INTERRUPTED and (line := interrupted_line(sys.argv[1:])) is not None:
+            print(line, file=sys.stderr, flush=True)
+        raise
 
 
 if __name__ == "__main__":
