@@ -8,6 +8,7 @@ Single process: ``python -m mosaic.train job.yaml --out runs/a``. Data parallel 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mosaic.errors import MosaicInputError
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         # rank 0 (a trial saw it once per rank), not a traceback through the collective it
         # was waiting in (the last checkpoint in --out resumes the run exactly)
         if _is_rank_zero():
-            print(f"error: interrupted; rerun the same command (torchrun ... -m mosaic.train "
+            # `python -m mosaic.train` alone was told of a torchrun command too (a trial);
+            # torchrun sets TORCHELASTIC_RUN_ID (torch/distributed/run.py, torch 2.13)
+            launcher = "torchrun ..." if "TORCHELASTIC_RUN_ID" in os.environ else "python"
+            print(f"error: interrupted; rerun the same command ({launcher} -m mosaic.train "
                   f"{' '.join(sys.argv[1:] if argv is None else argv)}) to go on from the "
                   f"last checkpoint in {args.out}, or to start again where none was written "
                   "yet", file=sys.stderr)
@@ -58,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_rank_zero() -> bool:
-    import os
-
     return os.environ.get("RANK", "0") == "0"
 
 
