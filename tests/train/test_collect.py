@@ -161,3 +161,23 @@ def test_a_fingerprint_nested_too_deeply_only_loses_the_rung(tmp_path):
     result["job_fingerprint"] = "[" * 100_000 + "]" * 100_000
     path.write_text(json.dumps(result))
     assert [row["q"] for row in collect_result_rows([tmp_path / "run"])] == [0]
+
+
+def test_a_run_on_synthetic_tokens_is_named(tmp_path):
+    """A run of data.format synthetic (examples/train_q4_h200.yaml: throughput only, its loss
+    ln(vocab)) was collected beside real runs without a word (a trial)."""
+    import warnings
+
+    from mosaic.errors import MosaicWarning
+
+    real = _result(tmp_path / "real")
+    fake = _result(tmp_path / "fake", smoothed=10.8)
+    result = json.loads((fake / "result.json").read_text())
+    result["job_fingerprint"] = json.dumps({"ladder": {"q": 2}, "data": {"format": "synthetic"}})
+    (fake / "result.json").write_text(json.dumps(result))
+    with pytest.warns(MosaicWarning, match=r"^fake: trained on data.format synthetic"):
+        rows = collect_result_rows([real, fake])
+    assert [row["name"] for row in rows] == ["real", "fake"]  # still written, and named
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MosaicWarning)
+        collect_result_rows([real])  # real data: no word

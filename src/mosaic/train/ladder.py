@@ -361,7 +361,23 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
         twice = sorted({n for n in names if names.count(n) > 1})
         raise MosaicInputError(f"two runs share a folder name ({', '.join(twice)}): rename one "
                                "(runs.csv names each run by its folder)")
+    synthetic = [folder.name for folder in found if _data_format(folder) == "synthetic"]
+    if synthetic:  # (a trial collected examples/train_q4_h200.yaml's run beside real ones)
+        warnings.warn(f"{', '.join(synthetic)}: trained on data.format synthetic (uniform "
+                      "random ids, for throughput): a loss of about ln(vocab) whatever the "
+                      "model, which no loss law describes; leave such runs out of a fit",
+                      MosaicWarning, stacklevel=2)
     return rows
+
+
+def _data_format(folder: Path) -> str | None:
+    """data.format of the job a run folder's result records (None where unreadable)."""
+    try:
+        result = json.loads((folder / RESULT_FILE).read_text())
+        job = json.loads(result.get(RESULT_FINGERPRINT) or "{}")
+        return (job.get("data") or {}).get("format")
+    except (OSError, TypeError, ValueError, AttributeError, RecursionError):
+        return None
 
 
 # result.json fields a runs.csv row copies: each a positive finite number (a fuzz trial's
