@@ -465,10 +465,17 @@ def calibrate(
                                "(--microbench) have none: fit the tables, then `mosaic "
                                "calibrate RUNS --base kernels.yaml --fit-memory`")
     if microbench is not None:  # measured kernel tables instead of run records
+        # before the fit, not after it; a --base file is read too (a profile name is not),
+        # and so is every file of the bench folder (a trial's --out DIR/metadata.json
+        # replaced the bench's metadata with the calibration, and the folder was unreadable)
+        from mosaic.bench.families import FAMILIES
+        from mosaic.bench.store import METADATA_FILE
         from mosaic.cli.bench_cmd import calibrate_microbench
 
-        # before the fit, not after it; a --base file is read too (a profile name is not)
-        check_output_file(out, "--out", inputs=[] if base is None else [base])
+        tables = [microbench / METADATA_FILE, *(microbench / "measured").glob("*"),
+                  *(microbench / f"{family}.{suffix}" for family in FAMILIES
+                    for suffix in ("parquet", "csv"))]
+        check_output_file(out, "--out", inputs=[*tables, *([] if base is None else [base])])
         calibrate_microbench(microbench, out, base, name, device, system, json_output)
         return
     if runs is None:
