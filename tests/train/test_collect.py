@@ -181,3 +181,30 @@ def test_a_run_on_synthetic_tokens_is_named(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", MosaicWarning)
         collect_result_rows([real])  # real data: no word
+
+
+@pytest.mark.parametrize("name", ["result.json", "metrics.jsonl", "runs.parquet", "run.json"])
+def test_an_out_that_is_no_csv_table_is_refused_before_a_run_file_is_replaced(tmp_path, name):
+    """`ladder collect RUN --out RUN/result.json` wrote the table over the run's result (a
+    trial); a suffix other than .csv is refused (`law fit` reads a table by its suffix)."""
+    run = _result(tmp_path / "run")
+    (run / "run.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("{}\n")
+    before = {path.name: path.read_bytes() for path in run.iterdir()}
+    result = CliRunner().invoke(app, ["ladder", "collect", str(run), "--out", str(run / name)])
+    assert result.exit_code == 2
+    assert "name a .csv file" in " ".join(result.output.split())
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == before
+
+
+
+def test_record_refuses_an_out_that_is_a_file_of_the_run(tmp_path):
+    """`ladder record RUN --out RUN/result.json` is refused as an input, before any record
+    is made of it (its check named the folders, which are no files)."""
+    run = _result(tmp_path / "run")
+    before = (run / "result.json").read_bytes()
+    result = CliRunner().invoke(app, ["ladder", "record", str(run), "--system", "DGX-H100",
+                                      "--out", str(run / "result.json")])
+    assert result.exit_code == 2
+    assert "is the input file" in " ".join(result.output.split())
+    assert (run / "result.json").read_bytes() == before

@@ -361,6 +361,21 @@ def _other_rungs_hint(csv_path: Path) -> str:
             "full grid's command (finished rungs are kept, not retrained) to list them all")
 
 
+def _run_files(run_folders: list[Path]) -> list[Path]:
+    """The trainer's files in the run folders a command reads, which its --out must not
+    replace (a trial's `ladder collect RUN --out RUN/result.json` wrote the table over the
+    run's result)."""
+    from mosaic.train.result_files import (
+        CHECKPOINT_FILE,
+        METRICS_FILE,
+        RESULT_FILE,
+        RUN_INFO_FILE,
+    )
+
+    return [folder / name for folder in run_folders
+            for name in (RESULT_FILE, RUN_INFO_FILE, METRICS_FILE, CHECKPOINT_FILE)]
+
+
 @ladder_app.command("collect")
 @guarded
 def collect(
@@ -378,6 +393,11 @@ def collect(
     from mosaic.train.ladder import collect_result_rows, write_runs_csv
 
     check_output_file(out, "--out", inputs=[])
+    if out.suffix and out.suffix.lower() != ".csv":  # a CSV table under another suffix:
+        # `law fit` reads a table by its suffix (a trial's --out RUN/result.json replaced a
+        # run's result with the table); a name without one (/dev/stdout) is written as given
+        raise MosaicInputError(f"--out {out}: name a .csv file (the table is CSV, and `law "
+                               "fit` reads a table by its suffix), e.g. runs.csv")
     rows = collect_result_rows(folders)
     write_runs_csv(rows, out)
     if as_json:
@@ -423,6 +443,7 @@ def record(
                                "a run id before its first '-' is its source key)")
     apply_catalog(catalog)
     found = result_folders(folders)
+    check_output_file(out, "--out", inputs=_run_files(found))  # before reading the runs
     ids = [record_id(id_prefix, folder) for folder in found]
     twice = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
     if twice:
@@ -430,7 +451,6 @@ def record(
                                "name): rename one, or record them with different --id-prefix")
     entries = [record_for_run(folder, system, run_id)
                for folder, run_id in zip(found, ids, strict=True)]
-    check_output_file(out, "--out", inputs=list(folders))
     new = {entry["id"] for entry in entries}
     # written beside the file and loaded as validate reads it first: a record validate would
     # skip leaves the file as it was
