@@ -53,3 +53,11 @@ def test_train_given_its_own_output_names_it(document, command):
     with pytest.raises(MosaicInputError, match=rf"^r1/x\.json: the file that `mosaic "
                                                rf"{command}` writes, not a `mosaic train` job"):
         train_config_from_mapping(document, "r1/x.json")
+
+
+def test_a_stated_kind_does_not_hide_what_the_file_is():
+    pytest.importorskip("plotly")
+    from mosaic.report.html import render_report
+
+    with pytest.raises(MosaicInputError, match=r"^the file that `mosaic train --json` writes"):
+        render_report(RESULT_JSON, kind="perf")

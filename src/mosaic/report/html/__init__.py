@@ -91,6 +91,9 @@ def render_report(document: dict[str, Any], kind: str | None = None) -> str:
     if detected is not None and detected != kind:
         raise MosaicInputError(f"the document is the JSON of `mosaic {detected}`, not of "
                                f"`mosaic {kind}`: use --kind {detected} or leave --kind out")
+    if detected is None and output_command(document) is not None:
+        detect_kind(document)  # another command's output: named (with --kind it read as an
+        # incomplete document of that kind, "it lacks the field plan")
     from mosaic import __version__
     from mosaic.report.html.page import render_page
 
