@@ -479,6 +479,9 @@ def load_yaml_mapping(path: Path, max_bytes: int = MAX_FILE_BYTES) -> dict[str, 
     """Read a YAML file whose top level is a mapping (refused unread over ``max_bytes``);
     clear errors otherwise."""
     path = Path(path)
+    if path.suffix.lower() in (".csv", ".parquet", ".pq") and path.is_file():  # a table (a
+        # trial's `bench gemm --shapes DIR/gemm.csv`: "top level must be a mapping, got str")
+        raise MosaicInputError(f"{path}: a table file ({path.suffix}), not a YAML file")
     text = read_text(path, "YAML file", max_bytes=max_bytes)
     data = parse_yaml(text, str(path))
     if data is None:
