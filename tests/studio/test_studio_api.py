@@ -1707,3 +1707,35 @@ def test_a_local_batch_is_edited_and_checked_beside_its_field(studio):
     status, body = studio.call("/api/perf", {"form": {**form, "batch.local_seqs": "48"}})
     assert status == 422 and "batch.local_seqs" in body["errors"], body
     assert "local_seqs=32·48 must divide" in body["errors"]["batch.local_seqs"]
+
+
+def test_a_cleared_local_batch_field_drops_the_job_files_local_batch(tmp_path):
+    """The page labels the local batch "empty: all": a studio opened on a job file stating
+    ``local_seqs: 4`` predicted the stated 4 once the field was cleared (15.5 s, not the
+    whole per-rank batch's 11.6 s `mosaic perf` predicts for the job without it; a trial),
+    so the field could not be cleared. Cleared, it is no longer stated, as the pipeline
+    layout's field (job_document)."""
+    base = {"model": {"name": "Llama-3.1-8B", "layers": 32, "d_model": 4096, "heads": 32,
+                      "kv_heads": 8, "head_dim": 128, "ffn": 14336, "activation": "swiglu",
+                      "vocab": 128256, "attention": "gqa"},
+            "parallelism": {"tp": 1, "pp": 2, "ep": 1, "sharding": "fsdp"},
+            "batch": {"global_seqs": 64, "micro_seqs": 2, "seq_len": 8192},
+            "performance": {"precision": "bf16", "checkpointing": "selective",
+                            "stack": "torchtitan"},
+            "hardware": {"system": "Grand-Teton-H100", "nodes": 1}}
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump({**base, "batch": {**base["batch"], "local_seqs": 4}}))
+    without = tmp_path / "whole.yaml"
+    without.write_text(yaml.safe_dump(base))
+    whole = cli_json("perf", str(without))
+    with running_studio(job_document=yaml.safe_load(path.read_text())) as running:
+        _, options = running.call("/api/options")
+        form = options["form"]
+        assert form["batch.local_seqs"] == "4"
+        _, stated = running.call("/api/perf", {"form": form})
+        status, cleared = running.call("/api/perf", {"form": {**form, "batch.local_seqs": ""}})
+        assert status == 200, cleared
+        status, exported = running.call("/api/export", {"form": {**form, "batch.local_seqs": ""}})
+    assert stated["prediction"]["step_time_s"] != pytest.approx(whole["step_time_s"])
+    assert cleared["prediction"]["step_time_s"] == pytest.approx(whole["step_time_s"], rel=1e-12)
+    assert status == 200 and "local_seqs" not in exported["text"], exported

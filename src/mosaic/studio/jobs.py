@@ -193,6 +193,11 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
         # whose pp and vpp it would not fit), the split is no longer stated (a review: the
         # job file's came back)
         parallelism.pop("pipeline_layout", None)
+    if "batch.local_seqs" in form and not str(form["batch.local_seqs"]).strip():
+        # the page's "empty: all" (one pass of the whole per-rank batch, docs/schema.md):
+        # a job file's stated local batch came back from the base document, and the field
+        # could not be cleared (a trial: a cleared 4 still predicted four passes)
+        document.get("batch", {}).pop("local_seqs", None)
     if parallelism.get("sharding", "hsdp") != "hsdp" and not str(
             form.get("parallelism.hsdp_shard", "")).strip():
         # the job file's shard group of hybrid sharding, which the form cannot clear (an
