@@ -531,6 +531,39 @@ def test_the_pages_export_of_the_starting_job_is_the_apis(studio, browser):
         assert browser.console_errors(driver) == []
 
 
+def test_an_export_of_the_job_before_an_edit_is_greyed_and_not_offered(studio, browser):
+    """After an export, an edit left the earlier job's file on the page with its download
+    link (a trial set micro-batch 1 and downloaded `micro_seqs: 4`), and a refused export
+    of an invalid job kept offering the last good file beside the refusal. The file is
+    greyed with a note naming the edit and not offered; an export of the job offers it."""
+    from selenium.webdriver.common.by import By
+
+    def offered() -> bool:
+        return driver.find_element(By.ID, "export-download").is_displayed()
+
+    def greyed() -> bool:
+        return "stale" in driver.find_element(By.ID, "export-text").get_attribute("class")
+
+    with open_page(studio, browser) as driver:
+        driver.find_element(By.ID, "export-run").click()
+        browser.wait_for(lambda: "micro_seqs: 4" in text(driver, "export-text"),
+                         what="the export")
+        assert offered() and not greyed()
+        set_field(driver, "batch.micro_seqs", "1")
+        assert greyed() and not offered()
+        assert "edit of batch.micro_seqs" in text(driver, "export-stale")
+        set_field(driver, "hardware.nodes", "abc")
+        driver.find_element(By.ID, "export-run").click()
+        browser.wait_for(lambda: text(driver, "export-error"), what="the refusal")
+        assert "micro_seqs: 4" in text(driver, "export-text") and greyed() and not offered()
+        set_field(driver, "hardware.nodes", DEFAULT_FORM["hardware.nodes"])
+        driver.find_element(By.ID, "export-run").click()
+        browser.wait_for(lambda: "micro_seqs: 1" in text(driver, "export-text"),
+                         what="the export of the edited job")
+        assert offered() and not greyed() and text(driver, "export-stale") == ""
+        assert text(driver, "export-error") == ""
+
+
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
     """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
     it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a

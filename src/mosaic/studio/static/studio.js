@@ -90,6 +90,8 @@
   var pollTimer = null;
   // the job form each panel's shown result was computed for (null: none shown yet)
   var searchedForm = null, explainedForm = null;
+  // the job form and target of the export shown (null: none shown)
+  var exportedForm = null, exportedTarget = null;
 
   function $(id) { return document.getElementById(id); }
   function fieldId(key) { return "f-" + key.replace(/\./g, "-"); }
@@ -396,6 +398,16 @@
     });
     $("explain-stale").textContent = explained.length ? "This explains the job before your edit of " +
       explained.join(", ") + ": explain again for the edited job." : "";
+    // the export shown is a file of the job it was made from: after an edit (or another
+    // format picked) it is greyed and its download goes (a trial downloaded micro_seqs 2
+    // after setting 1, and after a refused export the last good file stayed offered)
+    var exported = editedSince(exportedForm, []);
+    var retargeted = exportedForm !== null && $("export-target").value !== exportedTarget;
+    $("export-text").classList.toggle("stale", exported.length > 0 || retargeted);
+    $("export-download").hidden = exportedForm === null || exported.length > 0 || retargeted;
+    $("export-stale").textContent = exported.length || retargeted ? "This export is of the job " +
+      (exported.length ? "before your edit of " + exported.join(", ") : "in another format") +
+      ": export again to download the edited job." : "";
   }
 
   function searchLayouts() {
@@ -750,26 +762,38 @@
   }
 
   // --- export -----------------------------------------------------------------------------
+  // a refused or failed export offers no file: the last good one stays greyed, with no
+  // download (it is not the job asked for)
+  function exportRefused() {
+    $("export-download").hidden = true;
+    $("export-text").classList.add("stale");
+  }
+
   function exportJob() {
     $("export-error").textContent = "";
     $("export-notes").textContent = "";
     var target = $("export-target").value;
-    return post("/api/export", {form: readForm("job-form"), target: target}).then(function (body) {
+    var form = readForm("job-form");
+    return post("/api/export", {form: form, target: target}).then(function (body) {
       if (!body.ok) {
+        exportRefused();
         $("export-error").textContent = messages(body.errors);
         return;
       }
+      exportedForm = form;
+      exportedTarget = target;
       var text = body.text;
       // what the target cannot express is a note about a good export, not an error
       $("export-notes").textContent = body.unsupported && body.unsupported.length ?
         "not expressible in " + target + ": " + body.unsupported.join("; ") : "";
       $("export-text").textContent = text;
       var link = $("export-download");
+      if (link.href.indexOf("blob:") === 0) { URL.revokeObjectURL(link.href); }  // the earlier file's
       link.href = URL.createObjectURL(new Blob([text], {type: "text/plain"}));
       link.download = body.filename;
       link.textContent = "download " + body.filename;
-      link.hidden = false;
-    }, lost(null, "export-error"));
+      markStale();
+    }, function (err) { exportRefused(); lost(null, "export-error")(err); });
   }
 
   // A plan field takes the job editor's value (its cluster, batch, stack) until it is
@@ -818,6 +842,7 @@
       $("plan-run").addEventListener("click", runPlan);
       $("plan-cancel").addEventListener("click", cancelPlan);
       $("export-run").addEventListener("click", exportJob);
+      $("export-target").addEventListener("change", markStale);
       document.body.setAttribute("data-ready", "1");
       predict();
       pollPlan();
