@@ -564,6 +564,34 @@ def test_an_export_of_the_job_before_an_edit_is_greyed_and_not_offered(studio, b
         assert text(driver, "export-error") == ""
 
 
+def test_numbers_are_grouped_as_the_cli_prints_them_in_any_browser_locale(studio, browser):
+    """Under a German browser locale the page read tokens/s "763.684 (2.983)" beside MFU
+    "11.55%" (the browser's grouping, a decimal point elsewhere) and the layouts summary
+    "46.800 candidates"; `mosaic perf` prints 763,684 (2,983) (a trial). The page groups
+    digits as the CLI does whatever the locale."""
+    from selenium.webdriver.common.by import By
+
+    _, body = studio.call("/api/perf", {"form": DEFAULT_FORM})
+    prediction = body["prediction"]
+    driver = browser.start_driver(height=900)
+    try:
+        # Chromium's locale for the page's Intl (DevTools Emulation.setLocaleOverride)
+        driver.execute_cdp_cmd("Emulation.setLocaleOverride", {"locale": "de-DE"})
+        driver.get(studio.url + "/")
+        wait_for_first_prediction(browser, driver)
+        assert driver.execute_script("return (1234.5).toLocaleString()") == "1.234,5"
+        assert text(driver, "m-tokens") == (f"{prediction['tokens_per_s']:,.0f} "
+                                            f"({prediction['tokens_per_s_per_gpu']:,.0f})")
+        search_layouts(browser, driver)
+        _, layouts = studio.call("/api/layouts", {"form": DEFAULT_FORM})
+        assert text(driver, "layouts-summary").startswith(f"{layouts['n_candidates']:,} candidates")
+        row = driver.find_element(By.CSS_SELECTOR, "#layouts-table tbody tr")
+        assert row.find_elements(By.TAG_NAME, "td")[11].text == (
+            f"{layouts['rows'][0]['tokens_per_s_per_gpu']:,.0f}")
+    finally:
+        driver.quit()
+
+
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
     """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
     it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a
