@@ -952,6 +952,41 @@ def test_a_refused_comparison_greys_the_last_one(studio, browser):
         assert text(driver, "compare-error") == ""
 
 
+def test_a_comparison_of_the_job_before_an_edit_is_greyed_and_says_so(studio, browser):
+    """After a comparison, an edit of the job left the earlier B's numbers in full colour
+    under "Compare A with current job (B)" (a trial); so did pinning another A. The
+    comparison is greyed and names the edit until compared again."""
+    from selenium.webdriver.common.by import By
+
+    def greyed() -> list[bool]:
+        return driver.execute_script(
+            "return ['compare-changes-holder', 'compare-table-holder', 'compare-charts']"
+            ".map(function (id) { return document.getElementById(id)"
+            ".classList.contains('stale'); })")
+
+    def compare() -> None:
+        driver.find_element(By.ID, "compare-run").click()
+        browser.wait_for(lambda: greyed() == [False, False, False]
+                         and driver.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr"),
+                         what="the comparison")
+
+    with open_page(studio, browser) as driver:
+        driver.find_element(By.ID, "pin-a").click()
+        browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
+        set_field(driver, "batch.micro_seqs", "2")
+        compare()
+        set_field(driver, "batch.micro_seqs", "1")
+        assert greyed() == [True, True, True]
+        assert "edit of batch.micro_seqs" in text(driver, "compare-stale")
+        compare()
+        assert text(driver, "compare-stale") == ""
+        driver.find_element(By.ID, "pin-a").click()
+        browser.wait_for(lambda: greyed() == [True, True, True], what="the comparison greyed")
+        assert "pinned before" in text(driver, "compare-stale")
+        compare()
+        assert text(driver, "compare-stale") == ""
+
+
 def test_a_comparison_of_two_models_stays_legible(studio, browser):
     """A pasted config.json as job B filled the table of changes with its whole text, and
     B's out-of-memory line, unwrapped, widened B's column so that its numbers sat far from

@@ -92,6 +92,8 @@
   var searchedForm = null, explainedForm = null;
   // the job form and target of the export shown (null: none shown)
   var exportedForm = null, exportedTarget = null;
+  // the A and B of the comparison shown (null: none shown)
+  var comparedPin = null, comparedForm = null;
 
   function $(id) { return document.getElementById(id); }
   function fieldId(key) { return "f-" + key.replace(/\./g, "-"); }
@@ -404,6 +406,17 @@
     // the export shown is a file of the job it was made from: after an edit (or another
     // format picked) it is greyed and its download goes (a trial downloaded micro_seqs 2
     // after setting 1, and after a refused export the last good file stayed offered)
+    // the comparison shown is of the B it was asked for and the A then pinned: after an edit
+    // (or another A pinned) it is greyed and says so, its B no longer the current job (a
+    // trial read the earlier B's numbers under "Compare A with current job (B)")
+    var compared = editedSince(comparedForm, []);
+    var repinned = comparedForm !== null && pinned !== comparedPin;
+    if (comparedForm !== null) {
+      COMPARED.forEach(function (id) { $(id).classList.toggle("stale", compared.length > 0 || repinned); });
+    }
+    $("compare-stale").textContent = compared.length ? "This compares A with the job before your edit of " +
+      compared.join(", ") + ": compare again for the edited job." :
+      repinned ? "This compares the A pinned before: compare again for the new A." : "";
     var exported = editedSince(exportedForm, []);
     var retargeted = exportedForm !== null && $("export-target").value !== exportedTarget;
     $("export-text").classList.toggle("stale", exported.length > 0 || retargeted);
@@ -580,6 +593,7 @@
     pinned = readForm("job-form");
     $("compare-run").disabled = false;
     $("pin-note").textContent = "A pinned: " + $("m-layout").textContent + ", " + $("m-step").textContent;
+    markStale();
   }
 
   function changedFields(a, b) {  // the form fields whose values differ, A then B
@@ -603,21 +617,24 @@
 
   function compare() {
     $("compare-error").textContent = "";
-    var current = readForm("job-form");
+    var current = readForm("job-form"), pinnedA = pinned;
     // a refused comparison leaves the last one greyed, its changes with its numbers: the
     // refused B's changes were listed above the numbers of the B before it (a trial)
     var refused = function () {
       COMPARED.forEach(function (id) { $(id).classList.add("stale"); });
     };
-    return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
+    return post("/api/compare", {forms: [pinnedA, current]}).then(function (body) {
       if (!body.ok) {
         refused();
         $("compare-error").textContent = "A or B is not a valid job: " +
           messages(body.errors);
         return;
       }
+      comparedPin = pinnedA;
+      comparedForm = current;
       COMPARED.forEach(function (id) { $(id).classList.remove("stale"); });
-      var changes = changedFields(pinned, current);
+      markStale();
+      var changes = changedFields(pinnedA, current);
       $("compare-changes-holder").innerHTML = changes.length ? tableHtml("compare-changes",
         [["field", "input changed", null, true], ["a", "A", shortened, true], ["b", "B", shortened, true]],
         changes)
