@@ -1739,3 +1739,18 @@ def test_a_cleared_local_batch_field_drops_the_job_files_local_batch(tmp_path):
     assert stated["prediction"]["step_time_s"] != pytest.approx(whole["step_time_s"])
     assert cleared["prediction"]["step_time_s"] == pytest.approx(whole["step_time_s"], rel=1e-12)
     assert status == 200 and "local_seqs" not in exported["text"], exported
+
+
+@pytest.mark.parametrize(("pasted", "hinted"), [
+    ((EXAMPLES / "appendix_e.yaml").read_text(), True),
+    ((EXAMPLES / "deepseek_v3_h100.yaml").read_text(), True),
+    ('{"hidden_size": 4096,', False),  # a config.json cut short: JSON's own message alone
+    ("just: words", False)])
+def test_a_job_yaml_pasted_as_the_config_json_says_how_to_open_it(studio, pasted, hinted):
+    """A job YAML pasted into the config.json box read "config.json: not valid JSON
+    (Expecting value: line 1, column 1)" alone (a trial): it names what was pasted and how
+    a job file is opened (`mosaic studio --job`)."""
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": pasted}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422 and "not valid JSON" in body["errors"]["hf.config"], body
+    assert ("mosaic studio --job" in body["errors"]["hf.config"]) == hinted, body

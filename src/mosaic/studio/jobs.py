@@ -115,7 +115,7 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
         try:
             config = parse_json(text, "config.json")
         except MosaicInputError as exc:
-            raise FormError({"hf.config": str(exc)}) from None
+            raise FormError({"hf.config": str(exc) + _job_yaml_hint(text)}) from None
         try:
             return geometry_from_hf_config(config, "config.json")
         except MosaicInputError as exc:
@@ -130,6 +130,28 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
     except MosaicInputError as exc:
         message = str(exc)
         raise FormError({_first_ladder_field(message): message}) from None
+
+
+# Blocks of a job file, any spelling (config.job_schema.canonical_job_document), none of
+# them a key of a HuggingFace config.json
+JOB_FILE_BLOCKS = ("model", "parallelism", "parallel", "batch", "data", "hardware")
+
+
+def _job_yaml_hint(text: str) -> str:
+    """What to do with a job YAML pasted as the config.json: it read "not valid JSON
+    (Expecting value: line 1, column 1)" alone (a trial); empty for any other text."""
+    from mosaic.schema_validation import parse_yaml
+
+    try:
+        document = parse_yaml(text, "config.json")
+    except MosaicInputError:
+        return ""
+    blocks = [key for key in JOB_FILE_BLOCKS if isinstance(document, dict) and key in document]
+    if not blocks:
+        return ""
+    return (f"; this is a job YAML (blocks {', '.join(blocks)}), not a HuggingFace "
+            "config.json: open it with `mosaic studio --job FILE`, whose model becomes the "
+            "'job' choice of 'model from'")
 
 
 def _first_ladder_field(message: str) -> str:
