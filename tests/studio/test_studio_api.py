@@ -1754,3 +1754,20 @@ def test_a_job_yaml_pasted_as_the_config_json_says_how_to_open_it(studio, pasted
     status, body = studio.call("/api/perf", {"form": form})
     assert status == 422 and "not valid JSON" in body["errors"]["hf.config"], body
     assert ("mosaic studio --job" in body["errors"]["hf.config"]) == hinted, body
+
+
+def test_the_options_form_posted_back_with_more_nodes_predicts_them():
+    """`GET /api/options` of a studio on a job held ``parallelism.dp`` (the job's resolved
+    dp), a field the editor has not: an API client posting that form back with twice the
+    nodes was refused ("hardware.nodes=64 gives 512 GPUs ... but the layout uses ... 256;
+    make them equal"; a trial), where the page predicted dp 64. dp is what the nodes leave."""
+    with running_studio(job_document=yaml.safe_load(
+            (EXAMPLES / "deepseek_v3_h100.yaml").read_text())) as running:
+        _, options = running.call("/api/options")
+        form = options["form"]
+        assert "parallelism.dp" not in form
+        nodes = int(form["hardware.nodes"])
+        status, body = running.call("/api/perf", {"form": {**form,
+                                                           "hardware.nodes": str(2 * nodes)}})
+    assert status == 200, body
+    assert body["prediction"]["plan"]["dp"] == 2 * 64

@@ -183,6 +183,10 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
                 form[f"{block}.{name}"] = str(value).lower()
             elif value is not None and not isinstance(value, dict | list):
                 form[f"{block}.{name}"] = str(value)
+    # the editor has no dp field: dp is what the node count leaves (jobs.job_document). The
+    # job's resolved dp in this form refused an API client's edit of the node count that
+    # posted it back ("make them equal"; a trial)
+    form.pop("parallelism.dp", None)
     # what the job states of the row choices, not what the layout resolves them to: a
     # resolved "false" of a tp 1 job would state sequence parallelism off for a tp 2 edit,
     # which the CLI turns on
