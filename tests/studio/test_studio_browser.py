@@ -592,6 +592,32 @@ def test_numbers_are_grouped_as_the_cli_prints_them_in_any_browser_locale(studio
         driver.quit()
 
 
+def test_an_edit_the_stopped_server_cannot_answer_greys_the_result(browser):
+    """With the studio stopped, an edit read "request failed: TypeError: Failed to fetch"
+    above the earlier job's step time in full colour, as if it were the edited job's (a
+    trial). The result is greyed and the line asks whether the studio still runs."""
+    from .conftest import start_studio
+
+    running, server, thread = start_studio()
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(running.url + "/")
+        wait_for_first_prediction(browser, driver)
+        server.should_exit = True
+        thread.join(10)
+        set_field(driver, "batch.micro_seqs", "2")
+        message = browser.wait_for(lambda: text(driver, "general-error"), what="the failure")
+        assert "is `mosaic studio` still running?" in message, message
+        assert driver.execute_script(
+            "return document.getElementById('metrics').classList.contains('stale')"
+            " && document.getElementById('job-charts').classList.contains('stale')"
+            " && document.body.getAttribute('data-perf-state') === 'error'")
+    finally:
+        driver.quit()
+        server.should_exit = True
+        thread.join(10)
+
+
 def test_a_busy_refusal_goes_when_the_running_plan_ends(studio, browser):
     """Run plan while another tab's plan ran answered "plan N is still running ...; cancel
     it or wait": the line stayed under "plan N: cancelled" and the enabled Run button (a

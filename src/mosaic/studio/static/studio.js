@@ -302,8 +302,16 @@
         body.total_ms.toFixed(1) + " ms)";
       draw("chart-step", body.figures.step);
       draw("chart-memory", body.figures.memory);
-    }).catch(function (err) {
-      $("general-error").textContent = "request failed: " + err;
+    }, function (err) {
+      // no answer (the studio server stopped): the result shown is not of this form, so it
+      // is greyed, and the line says why; it read "request failed: TypeError: Failed to
+      // fetch" above the earlier job's numbers in full colour (a trial). A newer edit's
+      // request answers for the form; a failure while drawing stays a console error.
+      if (mine !== sequence) { return; }
+      document.body.setAttribute("data-perf-state", "error");
+      $("job-charts").classList.add("stale");
+      $("metrics").classList.add("stale");
+      lost(null, "general-error")(err);
     });
   }
 
