@@ -1771,3 +1771,23 @@ def test_the_options_form_posted_back_with_more_nodes_predicts_them():
                                                            "hardware.nodes": str(2 * nodes)}})
     assert status == 200, body
     assert body["prediction"]["plan"]["dp"] == 2 * 64
+
+
+def test_a_recipes_pipeline_layout_is_not_stated_by_the_editor():
+    """deepseek_v3_h100.yaml states no pipeline layout; its Megatron-Bridge 26.04 recipe
+    splits pp 8 · vpp 4 as 'Et|(tt|)*30mL'. The editor showed that split in its field
+    ("empty: none stated") and so stated it: an edit to pp 4 was refused ("32 chunks, but
+    pp·vpp = 4·4 = 16"), where `mosaic perf FILE --set parallelism.pp=4` predicts (a trial).
+    The field shows what the job states, as the row choices; the recipe splits the rest."""
+    path = EXAMPLES / "deepseek_v3_h100.yaml"
+    cli = {pp: cli_json("perf", str(path), "--set", f"parallelism.pp={pp}") for pp in (8, 4)}
+    with running_studio(job_document=yaml.safe_load(path.read_text())) as running:
+        _, options = running.call("/api/options")
+        form = options["form"]
+        assert form["parallelism.pipeline_layout"] == ""
+        bodies = {pp: running.call("/api/perf", {"form": {**form, "parallelism.pp": str(pp)}})
+                  for pp in (8, 4)}
+    for pp, (status, body) in bodies.items():
+        assert status == 200, body
+        assert body["prediction"]["step_time_s"] == pytest.approx(cli[pp]["step_time_s"],
+                                                                  rel=1e-12)

@@ -196,6 +196,12 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
         form[f"parallelism.{name}"] = ("" if value is None else
                                        str(value).lower() if isinstance(value, bool) else
                                        str(value))
+    # the pipeline split as stated too (its field: "empty: none stated"): a release recipe's
+    # split for the job's pp·vpp (deepseek_v3_h100.yaml: 'Et|(tt|)*30mL' for 8·4) was shown
+    # and so stated, and an edit of pp or vpp was refused for its chunk count, where `mosaic
+    # perf --set parallelism.pp=4` splits the edited stages by the recipe (a trial)
+    layout = stated.get("pipeline_layout") if isinstance(stated, dict) else None
+    form["parallelism.pipeline_layout"] = "" if layout is None else str(layout)
     # a stated dispatcher as stated: the write-back leaves a DeepEP the layout refuses (etp·ep
     # = 1) unstated as a stack's default, and the plan form then planned a Megatron-Core job's
     # stated DeepEP on the all-to-all (a review)
