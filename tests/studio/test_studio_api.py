@@ -957,7 +957,9 @@ def test_the_kernel_switches_state_a_setting_or_leave_it_to_the_recipe():
         "hardware": {"system": "GB300-NVL72", "nodes": 2}}
     assert options_document(None)["switches"] == ["", "true", "false"]
     form = options_document(document)["form"]
-    assert form["performance.fused_grouped_mlp"] == "true"  # as the CLI resolves the recipe
+    assert form["performance.fused_grouped_mlp"] == ""  # unstated: the recipe's (on)
+    stated = {**document, "performance": {**document["performance"], "fused_grouped_mlp": True}}
+    assert options_document(stated)["form"]["performance.fused_grouped_mlp"] == "true"
     calibration = load_calibration(None)
     for value, expected in (("", True), ("false", False), ("true", True)):
         edited = {**form, "performance.fused_grouped_mlp": value,
@@ -1791,3 +1793,46 @@ def test_a_recipes_pipeline_layout_is_not_stated_by_the_editor():
         assert status == 200, body
         assert body["prediction"]["step_time_s"] == pytest.approx(cli[pp]["step_time_s"],
                                                                   rel=1e-12)
+
+
+def page_fields() -> set[str]:
+    """The job editor's fields (studio.js JOB_FIELDS): what the page sends of a form."""
+    import re
+
+    script = (Path(__file__).resolve().parents[2] / "src" / "mosaic" / "studio" / "static" /
+              "studio.js").read_text()
+    block = script[script.index("var JOB_FIELDS"):script.index("var PLAN_FIELDS")]
+    return set(re.findall(r'\["(\w+\.\w+)", "', block))
+
+
+def test_a_recipes_kernel_switches_are_not_stated_by_the_editor(tmp_path):
+    """A Megatron-Bridge 26.06 MXFP8 job on GB300 that states neither Transformer Engine
+    switch: its recipe turns both on, and the editor showed them as 'true', so stated them:
+    an edit to bf16 was refused ("fused_grouped_mlp needs precision mxfp8"), where `mosaic
+    perf FILE --set performance.precision=bf16` predicts with both off (a trial). A switch
+    shows what the job states (empty: the recipe's), as the page's empty choice says."""
+    document = {
+        "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                  "ffn": 6144, "vocab": 151936,
+                  "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+        "batch": {"global_seqs": 256, "seq_len": 4096, "micro_seqs": 1},
+        "parallelism": {"ep": 8},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                        "stack_version": "26.06"},
+        "hardware": {"system": "GB300-NVL72", "nodes": 2}}
+    path = tmp_path / "recipe_switches.yaml"
+    path.write_text(yaml.safe_dump(document))
+    cli = {p: cli_json("perf", str(path), "--set", f"performance.precision={p}")
+           for p in ("mxfp8", "bf16")}
+    with running_studio(job_document=document) as running:
+        _, options = running.call("/api/options")
+        form = {key: value for key, value in options["form"].items() if key in page_fields()}
+        assert form["performance.fused_grouped_mlp"] == ""
+        assert form["performance.fp8_dot_product_attention"] == ""
+        bodies = {p: running.call("/api/perf", {"form": {**form, "performance.precision": p}})
+                  for p in ("mxfp8", "bf16")}
+    for precision, (status, body) in bodies.items():
+        assert status == 200, body
+        assert body["prediction"]["step_time_s"] == pytest.approx(
+            cli[precision]["step_time_s"], rel=1e-12)
+        assert body["prediction"]["fused_grouped_mlp"] is (precision == "mxfp8")

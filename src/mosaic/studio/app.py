@@ -202,6 +202,15 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     # perf --set parallelism.pp=4` splits the edited stages by the recipe (a trial)
     layout = stated.get("pipeline_layout") if isinstance(stated, dict) else None
     form["parallelism.pipeline_layout"] = "" if layout is None else str(layout)
+    # the page's switches as stated (empty: "job or recipe", SWITCH_CHOICES): a Bridge 26.06
+    # MXFP8 recipe's fused grouped MLP shown as 'true' was stated, and an edit to bf16 was
+    # refused for it, where `mosaic perf --set performance.precision=bf16` turns it off (a
+    # trial)
+    performance = canonical_job_document(document, "job").get("performance")
+    for name in RECIPE_SWITCHES:
+        value = performance.get(name) if isinstance(performance, dict) else None
+        form[f"performance.{name}"] = ("" if value is None else str(value).lower()
+                                       if isinstance(value, bool) else str(value))
     # a stated dispatcher as stated: the write-back leaves a DeepEP the layout refuses (etp·ep
     # = 1) unstated as a stack's default, and the plan form then planned a Megatron-Core job's
     # stated DeepEP on the all-to-all (a review)
@@ -215,6 +224,9 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     return form
 
 
+# The page's performance switches a stack release's recipe may resolve (studio.js JOB_FIELDS,
+# "select:switches"): the editor shows them as stated only
+RECIPE_SWITCHES = ("uneven_stages", "fused_grouped_mlp", "fp8_dot_product_attention")
 # Layout fields a job may state that the layout search replaces with its own choice
 SEARCHED_AWAY = ("dp", "pipeline_layout")
 # Layout fields the search chooses per row whatever the job states (perf.layouts): the
