@@ -35,7 +35,11 @@ from mosaic.perf.plan import (
     default_sequence_parallel,
     single_plan,
 )
-from mosaic.perf.schedule import interleaved_rounds, microbatches_per_schedule_of
+from mosaic.perf.schedule import (
+    interleaved_rounds,
+    microbatches_per_schedule_of,
+    runs_schedule_per_pass,
+)
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -309,7 +313,7 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
         # (perf.constraints: per step, or per pass on a stack that runs a schedule a pass)
         micro_batches = microbatches_per_schedule_of(stack, batch.global_seqs, dp, micro or 1,
                                                      batch.local_seqs, parallelism.pp)
-        per_pass = batch.local_seqs is not None and traits.pipeline_schedule_per_pass
+        per_pass = runs_schedule_per_pass(batch.local_seqs, traits.pipeline_schedule_per_pass)
         # torch's interleaved schedules also need their rounds to divide the micro-batches
         rounds = int(interleaved_rounds(micro_batches, parallelism.pp))
         uneven = traits.pipeline_schedule_per_pass and micro_batches % rounds != 0

@@ -21,6 +21,7 @@ from mosaic.perf.schedule import (
     laid_out,
     microbatches_per_schedule,
     n_microbatches,
+    runs_schedule_per_pass,
     uses_dualpipe,
 )
 from mosaic.perf.workload import Dispatcher, Workload
@@ -99,7 +100,7 @@ def _interleaved_microbatches_rule(workload: Workload, plans: ParallelPlans
                 f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·"
                 "{micro_batch}))")
     local = workload.local_batch
-    if local is None or not workload.traits.pipeline_schedule_per_pass:
+    if not runs_schedule_per_pass(local, workload.traits.pipeline_schedule_per_pass):
         return per_step, (plans.vpp > 1) & (n_microbatches(workload, plans) < plans.pp)
     per_schedule = microbatches_per_schedule(workload, plans)
     return (f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per pipeline schedule; "

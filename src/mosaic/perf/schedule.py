@@ -144,11 +144,25 @@ def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
 
 def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Micro-batches per optimizer step n_mb = B_global / (dp·B_micro) (paper Eq. 11)."""
-    return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
+    return _n_microbatches(workload.global_batch, plans.dp, plans.micro_batch)
+
+
+def _n_microbatches(global_batch: int, dp: np.ndarray | int, micro_batch: np.ndarray | int
+                    ) -> np.ndarray:
+    """n_mb = B_global / (dp·B_micro), at least 1 (Eq. 11): :func:`n_microbatches`'s count,
+    from the numbers alone."""
+    return np.maximum(global_batch // (dp * micro_batch), 1)
 
 
 _ONE_SCHEDULE = np.ones(1, dtype=np.int64)
 _ONE_SCHEDULE.flags.writeable = False
+
+
+def runs_schedule_per_pass(local_batch: int | None, per_pass_stack: bool) -> bool:
+    """Whether a pipeline schedule is built from each gradient-accumulation pass's local
+    batch (a stack with trait ``pipeline_schedule_per_pass`` and a stated local batch), not
+    from the step's micro-batches: where :func:`schedule_passes` can exceed one."""
+    return local_batch is not None and per_pass_stack
 
 
 def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -158,35 +172,46 @@ def schedule_passes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     B_global / (dp · B_local) passes (torchtitan trainer.py gradient_accumulation_steps,
     AutoModel step_scheduler.py grad_acc_steps), never more than its micro-batches. Without
     a pipeline there is no schedule to repeat: its passes accumulate as micro-batches do."""
-    if workload.local_batch is None or not workload.traits.pipeline_schedule_per_pass:
+    if not runs_schedule_per_pass(workload.local_batch,
+                                  workload.traits.pipeline_schedule_per_pass):
         return _ONE_SCHEDULE  # (broadcasts over the plans; the hot path allocates nothing)
     return _passes(workload.global_batch, plans.dp, workload.local_batch, plans.pp,
                    n_microbatches(workload, plans))
 
 
-def _passes(global_batch: int, dp: np.ndarray, local_batch: int, pp: np.ndarray,
+def _passes(global_batch: int, dp: np.ndarray | int, local_batch: int, pp: np.ndarray | int,
             n_mb: np.ndarray) -> np.ndarray:
     """B_global / (dp · B_local) schedules a step at pp > 1, within [1, n_mb]; one at pp 1."""
     return np.where(pp > 1, np.clip(global_batch // (dp * local_batch), 1, n_mb), 1)
 
 
+def _per_schedule(global_batch: int, dp: np.ndarray | int, micro_batch: np.ndarray | int,
+                  local_batch: int | None, pp: np.ndarray | int, per_pass_stack: bool
+                  ) -> np.ndarray:
+    """Micro-batches one pipeline schedule runs, from the numbers alone: n_mb (Eq. 11) over
+    the step's passes where the stack runs one schedule a pass. The one derivation that
+    :func:`microbatches_per_schedule` (the model and the layout rules) and
+    :func:`microbatches_per_schedule_of` (a job's unstated vpp) read."""
+    n_mb = _n_microbatches(global_batch, dp, micro_batch)
+    if not runs_schedule_per_pass(local_batch, per_pass_stack):
+        return n_mb
+    return np.maximum(n_mb // _passes(global_batch, dp, local_batch, pp, n_mb), 1)
+
+
 def microbatches_per_schedule(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Micro-batches one pipeline schedule runs: n_mb over :func:`schedule_passes`; each
     schedule fills and drains on its own, so its bubble is that of this count (Eq. 12)."""
-    n_mb = n_microbatches(workload, plans)
-    passes = schedule_passes(workload, plans)
-    return n_mb if passes is _ONE_SCHEDULE else np.maximum(n_mb // passes, 1)
+    return _per_schedule(workload.global_batch, plans.dp, plans.micro_batch,
+                         workload.local_batch, plans.pp,
+                         workload.traits.pipeline_schedule_per_pass)
 
 
 def microbatches_per_schedule_of(stack: str, global_batch: int, dp: int, micro_batch: int,
                                  local_batch: int | None, pp: int) -> int:
     """:func:`microbatches_per_schedule` of one layout before a workload exists (a job's
-    unstated vpp is chosen from it: config.layout): n_mb = B_global / (dp·B_micro) (Eq. 11)
-    over the passes of a stack that runs one schedule per pass."""
-    n_mb = max(global_batch // max(dp * micro_batch, 1), 1)
-    if local_batch is None or not get_stack(stack).pipeline_schedule_per_pass:
-        return n_mb
-    return max(n_mb // int(_passes(global_batch, dp, local_batch, pp, n_mb)), 1)
+    unstated vpp is chosen from it: config.layout)."""
+    return int(_per_schedule(global_batch, dp, micro_batch, local_batch, pp,
+                             get_stack(stack).pipeline_schedule_per_pass))
 
 
 def interleaved_rounds(per_schedule: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
