@@ -114,7 +114,8 @@ def test_torch_interleaved_rounds_must_divide_the_schedules_micro_batches():
         "vpp=2 > 1: torch's interleaved schedules split the micro-batches of one pipeline "
         "schedule, local_seqs/micro_batch=9 (local_seqs=9, micro_batch=1), into equal "
         "rounds, max(1, n // pp)=2 of them (pp=4), whose number must divide them "
-        "(torchtitan's Interleaved1F1B raises ValueError)"]
+        "(torch's ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble raise ValueError "
+        "otherwise)"]
     assert _rounds_reasons("torchtitan", 6, **layout) == []
     assert "=4 of them" in _rounds_reasons("torchtitan", 18, **layout)[0]
     assert _rounds_reasons("torchtitan", 9, **{**layout, "vpp": 1}) == []  # plain 1F1B
@@ -123,3 +124,12 @@ def test_torch_interleaved_rounds_must_divide_the_schedules_micro_batches():
                                                                    **layout)[0]
     # Megatron-Core runs its own schedule, not torch's: no such rule
     assert _rounds_reasons("megatron-core", 9, **layout) == []
+
+
+def test_the_rounds_message_names_torchs_schedules_not_a_stacks():
+    # NeMo AutoModel takes its schedule class from the job (torch's get_schedule_class), so
+    # the message names torch's interleaved schedules, not "nemo-automodel's Interleaved1F1B"
+    layout = {"pp": 4, "vpp": 2, "dp": 16, "micro_batch": 1, "tp": 2}
+    (reason,) = _rounds_reasons("nemo-automodel", 9, **layout)
+    assert "nemo-automodel's" not in reason
+    assert "ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble raise ValueError" in reason

@@ -133,8 +133,8 @@ def _torch_interleaved_rounds_rule(workload: Workload, plans: ParallelPlans
              f"{workload.global_batch}, dp={{dp}}, micro_batch={{micro_batch}})")
     return (f"vpp={{vpp}} > 1: torch's interleaved schedules split the micro-batches of one "
             f"pipeline schedule, {count}, into equal rounds, max(1, n // pp)={{rounds}} of "
-            f"them (pp={{pp}}), whose number must divide them ({workload.stack}'s "
-            "Interleaved1F1B raises ValueError)",
+            "them (pp={pp}), whose number must divide them (torch's ScheduleInterleaved1F1B "
+            "and ScheduleInterleavedZeroBubble raise ValueError otherwise)",
             (plans.vpp > 1) & (plans.pp > 1) & (per_schedule % rounds != 0),
             {"schedule_microbatches": per_schedule, "rounds": rounds})
 
