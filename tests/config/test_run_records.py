@@ -451,3 +451,12 @@ def test_a_trained_record_cannot_be_oom(tmp_path: Path) -> None:
     run = _trained_run()
     run["measured"]["oom"] = True
     assert "measured.trained" in _skip_reason(tmp_path, run)
+
+
+def test_trained_with_a_throughput_stated_is_scored_as_any_run(tmp_path: Path) -> None:
+    # docs/run_records.md: measured.trained changes nothing where a throughput is stated
+    run = _trained_run()
+    run["measured"]["tokens_per_s_per_gpu"] = 1000.0
+    (record,) = _load_one(tmp_path, run).records
+    assert record.throughput_scored and record.throughput_not_scored is None
+    assert record.measured_tokens_per_s_per_gpu == 1000.0
