@@ -787,3 +787,9 @@ def test_cross_validation_over_a_profile_that_kept_values_fitted_on_the_held_out
     shown = json.loads(runner.invoke(app, ["validate", str(file_a), "--calibration", str(p2),
                                            "--json"]).stdout)
     assert shown["aggregate"]["in_sample_runs"] == len(runs_a)
+    # and says why: P2 itself was not fitted on them (its note said it was)
+    result = runner.invoke(app, ["-q", "validate", str(file_a), "--calibration", str(p2)])
+    assert result.exit_code == 0, result.output
+    assert "runs calibration 'p2' was fitted on:" not in result.stderr
+    assert ("2 of these runs are runs that calibration 'p2', or the profile it kept values "
+            "from, was fitted on") in " ".join(result.stderr.split())

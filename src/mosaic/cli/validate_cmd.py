@@ -260,8 +260,14 @@ def validate(
     _echo_unrecognised_software(aggregate["unrecognised_software"])
     _echo_assumptions(assumption_counts(summary.rows()))
     if aggregate["in_sample_runs"]:
-        typer.echo(f"note: {aggregate['in_sample_runs']} of these runs are runs calibration "
-                   f"{model_calibration.name!r} was fitted on: their errors are in-sample, "
+        # coverage.inherited_runs: fitted on by the profile it kept values from, not by it
+        inherited = (frozenset(coverage.inherited_runs or ()) - frozenset(coverage.fitted_runs)
+                     if coverage is not None else frozenset())
+        fitted_by = (f"that calibration {model_calibration.name!r}, or the profile it kept "
+                     "values from," if inherited.intersection(summary.ids)
+                     else f"calibration {model_calibration.name!r}")
+        typer.echo(f"note: {aggregate['in_sample_runs']} of these runs are runs "
+                   f"{fitted_by} was fitted on: their errors are in-sample, "
                    "not a test of the model (calibrate's cross-validation gives held-out "
                    "ones)", err=True)
 
