@@ -13,7 +13,6 @@ The records come from benchmarks/extract_bridge_presets.py.
 from __future__ import annotations
 
 import argparse
-import re
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -30,9 +29,9 @@ PRESETS = Path(__file__).resolve().parents[1] / "src/mosaic/evaluate/data/bridge
 
 
 def release_of(record: RunRecord) -> str:
-    """The NeMo container of a preset record (``stack_version`` 'NeMo 26.02.01 container')."""
-    match = re.search(r"\d\d\.\d\d(?:\.\d\d)?", record.software or "")
-    return match.group(0) if match else "?"
+    """The NeMo container of a preset record ('26.02.01'), as the record loader reads it
+    from the record's ``stack_version`` or ``software`` (``RunRecord.stack_version``)."""
+    return record.stack_version or "?"
 
 
 def components(record: RunRecord, calibration: Calibration, top: int = 4
