@@ -52,7 +52,7 @@ def accuracy_rows(stats: dict[str, Any], n_skipped: int) -> list[tuple[str, str]
          count_with_ids(len(over), over)),
         ("memory MAPE (runs reporting memory)",
          f"{percent(stats['memory']['mape'])} of {stats['memory']['n_runs']}"),
-        *([("runs the calibration was fitted on",
+        *([("runs the calibration's values were fitted on (its own fit or its base's)",
             f"{stats['in_sample_runs']} (their errors are in-sample)")]
           if stats.get("in_sample_runs") else []),
     ]
