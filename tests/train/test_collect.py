@@ -208,3 +208,16 @@ def test_record_refuses_an_out_that_is_a_file_of_the_run(tmp_path):
     assert result.exit_code == 2
     assert "is the input file" in " ".join(result.output.split())
     assert (run / "result.json").read_bytes() == before
+
+
+def test_ladder_fit_refuses_an_out_that_is_a_file_of_one_of_its_rungs(tmp_path):
+    """`ladder fit DIR --out DIR/runs/RUNG/result.json` would write the law over a rung's
+    result (left open by the measured-loop trial); it is refused as an input, before the fit."""
+    rung = _result(tmp_path / "ladder" / "runs" / "rung")
+    (tmp_path / "ladder" / "runs.csv").write_text("run_id\n")
+    before = (rung / "result.json").read_bytes()
+    result = CliRunner().invoke(app, ["ladder", "fit", str(tmp_path / "ladder"), "--out",
+                                      str(rung / "result.json")])
+    assert result.exit_code == 2
+    assert "is the input file" in " ".join(result.output.split())
+    assert (rung / "result.json").read_bytes() == before

@@ -545,9 +545,12 @@ def fit(
                 f"{', ...' if len(trained) > 3 else ''}): gather them with `mosaic ladder "
                 f"collect {folder} --out {csv_path}`, then fit" if trained else
                 " (give a `mosaic ladder run` output folder or its runs.csv)"))
+    # nor may they replace a rung's own files (a trial's --out DIR/runs/RUNG/result.json)
+    rungs_dir = csv_path.parent / "runs"
+    rungs = sorted(p for p in rungs_dir.iterdir() if p.is_dir()) if rungs_dir.is_dir() else []
     for option, path in (("--out", out), ("--samples-out", samples_out)):
         if path is not None:  # before the fit, not after it
-            check_output_file(path, option, inputs=[csv_path])
+            check_output_file(path, option, inputs=[csv_path, *_run_files(rungs)])
     fitted_rows, left_out, health_note = _healthy_runs(csv_path, keep_unbalanced,
                                                        split_factor)
     runs = RunData.from_frame(fitted_rows, source=str(csv_path))
