@@ -221,12 +221,15 @@ def test_gated_deltanet_layer_activations_by_hand():
     """tp 2 with sequence parallelism, 4096 tokens, bf16, Qwen3-Next's mixer: norm input and
     in_proj input 2·2·d / tp per token, then the projection's output (q, k, v, z: 2·2048 +
     2·4096, beta and alpha: 2·32), the convolution's output (q, k, v: 2·2048 + 4096), q and k
-    repeated to the 32 value heads (2·4096), the C×C block (32·64), the rule's output (4096)
-    in bf16 and the out_proj input (4096), all over tp."""
+    repeated to the 32 value heads (2·4096), the C×C block (32·64), the rule's output (4096,
+    the output norm's input) and the output norm's output (4096, which the gate multiply
+    y * silu(z) keeps for z's gradient: Megatron-Core gated_delta_net.py _apply_gated_norm
+    @ 0d8e0714) in bf16 and the out_proj input (4096), all over tp."""
     spec = _job({"layers": 2, "hybrid_pattern": "G-", "gdn": GDN},
                 {"tp": 2, "pp": 1, "dp": 8, "sequence_parallel": True}, {})
     tokens, d = 4096, 2048
-    saved = (2 * 2048 + 2 * 4096 + 2 * 32) + (2 * 2048 + 4096) + 2 * 4096 + 32 * 64 + 4096
+    saved = ((2 * 2048 + 2 * 4096 + 2 * 32) + (2 * 2048 + 4096) + 2 * 4096 + 32 * 64
+             + 4096 + 4096)
     expected = 2 * 2 * tokens * d / 2 + tokens * (ACTIVATION_BYTES * saved + 2 * 4096) / 2
     assert gdn_activation_bytes(spec.workload, spec.plan)[0] == pytest.approx(expected)
 

@@ -54,6 +54,10 @@ INDEX_BYTES = 8  # int64 routing indices
 # beside gate, up and their product: one more bf16 tensor of the FFN width.
 EAGER_NORM_EXTRA_BYTES_PER_ELEMENT = FP32_BYTES  # fp32 copy + normalised bf16 - bf16 input
 EAGER_GLU_EXTRA_BYTES_PER_ELEMENT = ACTIVATION_BYTES
+# The gated DeltaNet's output norm keeps two tensors of the value width: the norm's input (the
+# delta rule's output, for the RMSNorm backward) and its output (for the gate multiply's
+# gradient w.r.t. z); gated_delta_net.py _apply_gated_norm @ 0d8e0714.
+GDN_GATED_NORM_SAVED = 2
 # Transformer blocks ("dense", "moe") and a hybrid model's layers (perf/hybrid_layers.py)
 LayerKind = Literal["dense", "moe", "mamba", "gdn", "attention", "mlp", "moe_layer"]
 HYBRID_LAYER_KINDS: dict[HybridLayer, LayerKind] = {
@@ -205,8 +209,11 @@ def gdn_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
     the norm input and the input projection's input (SP-sharded), the projection's output
     (the convolution's input and z), the convolution's output (q, k, v), q and k repeated to
     the value heads when there are more of those, the C×C block per value head, the rule's
-    output (the gated norm's input) and the output projection's input (at the GEMM input's
-    precision)."""
+    output (the gated norm's input), the gated norm's normalised output (the gate multiply
+    keeps it for z's gradient: ``_apply_gated_norm`` runs ``y = self.out_norm(x)``, a
+    Transformer Engine norm, then ``y * act_fn(gate.float())``, megatron/core/ssm/
+    gated_delta_net.py @ 0d8e0714, core_dev_r0.15.0 as Megatron-Bridge v0.2.0 pins it) and
+    the output projection's input (at the GEMM input's precision)."""
     gdn = workload.geometry.gdn
     if gdn is None:
         raise MosaicInputError("activation kind 'gdn' needs a geometry with a gdn section")
@@ -214,7 +221,7 @@ def gdn_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
                 if gdn.value_heads > gdn.key_heads else 0)
     return _mixer_layer_bytes(workload, plans, ACTIVATION_BYTES * (
         gdn.in_proj_width + gdn.conv_channels + repeated + gdn.value_heads * gdn.chunk_size
-        + gdn.value_width), gdn.value_width)
+        + GDN_GATED_NORM_SAVED * gdn.value_width), gdn.value_width)
 
 
 def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
