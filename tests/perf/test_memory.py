@@ -24,6 +24,7 @@ from mosaic.perf.memory import (
     stage_parameters,
     total_memory_bytes,
 )
+from mosaic.perf.memory.activations import recompute_module_bytes
 from mosaic.perf.plan import (
     Checkpointing,
     Sharding,
@@ -147,6 +148,25 @@ def test_moe_block_hand_computed(stack, combine_copies):
     )
     got = moe_block_activation_bytes(workload(geometry, stack=stack), single_plan(micro_batch=2))
     assert got[0] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_shared_expert_gate_keeps_the_shared_output(sequence_parallel):
+    """A sigmoid-gated shared expert (Qwen2-MoE, Qwen3-Next) multiplies its d-wide output by
+    the gate, and the multiply keeps that output for the gate's gradient (Megatron-Core
+    SharedExpertMLP.forward @ 0d8e0714): 2·T·h more bytes, over tp with sequence
+    parallelism; shared-expert recompute drops them with the intermediates."""
+    T, h, d_e, t = 256, 64, 32, 2  # tokens (b=2, s=128), tp 2
+    plain = workload(moe_geometry(top_k=2))
+    gated = workload(moe_geometry(top_k=2, shared_expert_gate=True))
+    plan = single_plan(micro_batch=2, tp=t, sequence_parallel=sequence_parallel)
+    extra = 2 * T * h / (t if sequence_parallel else 1)
+    got = moe_block_activation_bytes(gated, plan)[0] - moe_block_activation_bytes(plain, plan)[0]
+    assert got == pytest.approx(extra)
+    recomputing = workload(moe_geometry(top_k=2, shared_expert_gate=True),
+                           recompute_modules=("shared_experts",))
+    dropped = recompute_module_bytes(recomputing, plan, "moe")[0]
+    assert dropped == pytest.approx(2 * T * 3 * d_e / t + extra)
 
 
 def test_moe_activations_grow_with_top_k_while_dense_formula_does_not():

@@ -168,10 +168,27 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     experts = _ffn_bytes(busiest, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
-    shared_width = moe.shared_total_width / plans.tp
-    shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu,
-                        workload.dense_gemm_element_bytes)
-    return norm + router + expert_inputs + experts + combine + shared
+    return norm + router + expert_inputs + experts + combine + _shared_expert_bytes(
+        workload, plans)
+
+
+def _shared_expert_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """The shared experts' saved intermediates (TP-split) and, with a shared-expert gate,
+    the shared output the gate multiply keeps for the gate's gradient: Megatron-Core
+    ``SharedExpertMLP.forward`` computes ``output * sigmoid(linear(hidden_states, gate_weight))``
+    after the row-parallel FC2 (megatron/core/transformer/moe/shared_experts.py @ 0d8e0714,
+    the core_dev_r0.15.0 commit Megatron-Bridge v0.2.0 pins; HF Qwen2MoeSparseMoeBlock and
+    Qwen3NextSparseMoeBlock multiply the same way), d_model wide and SP-sharded; the sigmoid's
+    one value per token is left out. Shared-expert recompute drops all of it (the gate runs
+    inside the checkpointed forward)."""
+    moe, tokens = workload.geometry.moe, tokens_per_rank(workload, plans)
+    assert moe is not None
+    intermediates = _ffn_bytes(tokens, moe.shared_total_width / plans.tp, workload.geometry.glu,
+                               workload.dense_gemm_element_bytes)
+    if not (moe.shared_expert_gate and moe.shared_experts):
+        return intermediates
+    return intermediates + ACTIVATION_BYTES * tokens * workload.geometry.d_model / (
+        sequence_shard_divisor(plans))
 
 
 def mamba_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -452,8 +469,7 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
         dropped += (workload.gemm_element_bytes * expert_copies(workload, plans)
                     * moe.expert_ffn / plans.etp)
     if "shared_experts" in modules:
-        dropped += _ffn_bytes(tokens, moe.shared_total_width / tp, geometry.glu,
-                              workload.dense_gemm_element_bytes)
+        dropped += _shared_expert_bytes(workload, plans)
     return dropped
 
 
