@@ -182,3 +182,20 @@ def test_kv_heads_fewer_than_tp_are_replicated_in_both_models() -> None:
     # tokens per rank
     assert saved_bytes(2) == saved_bytes(4) == saved_bytes(1)
     assert saved_bytes(8) - saved_bytes(4) == pytest.approx(4096 * 2 * 128 * 2)
+
+
+def test_qk_norm_saves_the_pre_norm_query_and_key():
+    """A QK-norm block's q and k RMSNorms save their inputs, the QKV GEMM's q and k before
+    the norm, beside the rotated q, k the attention core keeps (Megatron-Core
+    Attention.forward q_layernorm/k_layernorm: TE RMSNorm saves its input; HF Qwen3
+    q_norm/k_norm). By hand, Qwen3-30B-A3B's attention (32 heads, 4 KV heads, head_dim 128)
+    at tp 2 with 4096 tokens per rank: (32·128/2 + 4·128/2) bf16 values per token."""
+
+    def saved_bytes(qk_norm: bool) -> float:
+        model = Geometry(layers=2, d_model=2048, heads=32, kv_heads=4, head_dim=128,
+                         ffn=6144, vocab=1000, qk_norm=qk_norm)
+        workload = Workload(model, global_batch=8, seq_len=4096)
+        return float(attention_activation_bytes(workload, single_plan(tp=2))[0])
+
+    assert saved_bytes(True) - saved_bytes(False) == pytest.approx(
+        4096 * (32 * 128 / 2 + 4 * 128 / 2) * 2)

@@ -104,12 +104,18 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
         sequence_shard_divisor(plans))
     qkv = tokens * (widths.query / tp + widths.key_value_per_rank(tp))
+    # QK-norm: the q and k RMSNorms save their input, the QKV GEMM's q and k before the norm
+    # (a second copy beside the rotated q, k the attention core keeps): Megatron-Core
+    # Attention.forward q_layernorm/k_layernorm (TE RMSNorm saves its input), HF/torchtitan
+    # Qwen3 q_norm/k_norm (torch RMSNorm's pow/mul save x)
+    qk_norm_inputs = (tokens * (widths.query / tp + widths.key_value_per_rank(tp) / 2)
+                      if geometry.qk_norm and geometry.mla is None else 0.0)
     latents = tokens * widths.latent
     # a gate's logits and the pre-gate output it multiplies: per head or per output channel
     gate_width = (geometry.heads if geometry.gated_attention else widths.output)
     gate = (tokens * (gate_width + widths.output) / tp
             if geometry.gated_attention or geometry.attention_output_gate else 0.0)
-    stored = (sequence_region + ACTIVATION_BYTES * (qkv + latents + gate)
+    stored = (sequence_region + ACTIVATION_BYTES * (qkv + qk_norm_inputs + latents + gate)
               + gemm_in * tokens * widths.output / tp)
     return stored + softmax_statistics_bytes(workload, plans)
 
