@@ -118,12 +118,12 @@ def _torch_interleaved_rounds_rule(workload: Workload, plans: ParallelPlans
     for vpp > 1 (torchtitan's Interleaved1F1B, as mosaic's export writes it; NeMo AutoModel
     takes its schedule class from torch's get_schedule_class too: components/distributed/
     pipelining/functional.py build_pipeline_schedule l. 822-879 @ 36044ad3d), split a
-    schedule's
-    n micro-batches into max(1, n // pp) rounds of equal size and raise ValueError when the
-    rounds do not divide n: ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble
-    __init__, distributed/pipelining/schedules.py, torch 2.13.0 (pp 4: 9 micro-batches make
-    2 rounds and are refused; 6 make one round and 10 two, both run). n is the count of one
-    schedule (:func:`~mosaic.perf.schedule.microbatches_per_schedule`)."""
+    schedule's n micro-batches into max(1, n // pp) rounds of equal size and raise
+    ValueError when the rounds do not divide n: ScheduleInterleaved1F1B and
+    ScheduleInterleavedZeroBubble __init__, distributed/pipelining/schedules.py, torch
+    2.13.0 (pp 4: 9 micro-batches make 2 rounds and are refused; 6 make one round and 10
+    two, both run). n is the count of one schedule
+    (:func:`~mosaic.perf.schedule.microbatches_per_schedule`)."""
     per_schedule = microbatches_per_schedule(workload, plans)
     rounds = interleaved_rounds(per_schedule, plans.pp)
     local = workload.local_batch
