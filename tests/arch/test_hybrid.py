@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from mosaic.arch import count_parameters, layer_breakdown, ssd_scan_flops_per_token
-from mosaic.arch.flops import attention_flops_per_token, gdn_flops_per_token
+from mosaic.arch.flops import (
+    attention_flops_per_token,
+    gdn_flops_per_token,
+    mtp_block_flops_per_token,
+)
 from mosaic.arch.geometry import GatedDeltaNetConfig, Geometry, MambaConfig, MoEConfig
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.errors import MosaicInputError
@@ -229,3 +233,53 @@ def test_latent_moe_is_refused_not_miscounted():
     config = json.loads((HF / "nemotron-3-nano-30b-a3b.json").read_text())
     with pytest.raises(MosaicInputError, match=r"moe_latent_size=1024 \(LatentMoE\) is not"):
         geometry_from_hf_config(config | {"moe_latent_size": 1024})
+
+
+def _nano_fields() -> dict:
+    return {name: getattr(nano(), name) for name in (
+        "layers", "d_model", "heads", "kv_heads", "head_dim", "ffn", "vocab", "glu", "norm",
+        "moe", "hybrid_pattern", "mamba")}
+
+
+def test_one_attention_and_moe_mtp_depth_by_hand():
+    """Nemotron 3.5 Lightning's MTP depth '*E' (Megatron-Bridge recipes/nemotronh/h100/
+    nemotron_3_nano.py: mtp_hybrid_override_pattern '*E'), tensor by tensor on the Nano
+    geometry (d = 2688, 32 heads / 2 KV of 128, 128 experts of 1856 + a 3712 shared expert,
+    squared ReLU, RMSNorm): the attention layer (QKV d x (32 + 2·2)·128, out 32·128 x d,
+    its norm d), the MoE layer (router 128 x d, experts 128·2·d·1856, shared 2·d·3712, its
+    norm d), eh_proj 2d x d, enorm, hnorm and final_layernorm d each; two depths twice."""
+    d = 2688
+    attention = d * (32 + 2 * 2) * 128 + 32 * 128 * d + d
+    moe = 128 * d + 128 * 2 * d * 1856 + 2 * d * 3712 + d
+    depth = attention + moe + 2 * d * d + 3 * d
+    geometry = Geometry(**_nano_fields(), mtp_layers=2, mtp_pattern="*E")
+    counts = count_parameters(geometry)
+    assert counts.mtp == 2 * depth
+    # the MTP depths stay out of the totals, as a transformer's MTP modules do
+    assert counts.n_total == count_parameters(nano()).n_total
+
+
+def test_hybrid_mtp_flops_are_its_layers_and_projection():
+    """Per token and depth: 6 per active parameter (the MoE layer's 6 of 128 experts) plus
+    one attention layer's causal core; zero without MTP."""
+    geometry = Geometry(**_nano_fields(), mtp_layers=2, mtp_pattern="*E")
+    counts = count_parameters(geometry)
+    d, seq = 2688, 4096
+    skipped = 2 * (128 - 6) * 2 * d * 1856
+    core = 3 * 2 * 32 * (128 + 128) * (seq + 1) / 2
+    assert mtp_block_flops_per_token(geometry, counts, seq) == pytest.approx(
+        6 * (counts.mtp - skipped) + 2 * core)
+    assert mtp_block_flops_per_token(nano(), count_parameters(nano()), seq) == 0.0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mtp_layers": 2}, "needs model.mtp_pattern"),
+    ({"mtp_pattern": "*E"}, "model.mtp_pattern needs model.mtp_layers > 0"),
+    ({"mtp_layers": 1, "mtp_pattern": "*X"}, "model.mtp_pattern '\\*X': allowed"),
+    ({"mtp_layers": 1, "mtp_pattern": "*G"}, "'G' layers but model.gdn is not given"),
+    ({"mtp_layers": 1, "mtp_pattern": "*E", "hybrid_pattern": None, "mamba": None},
+     "model.mtp_pattern needs model.hybrid_pattern"),
+])
+def test_mtp_pattern_rules(change, message):
+    with pytest.raises(MosaicInputError, match=message):
+        Geometry(**(_nano_fields() | change))

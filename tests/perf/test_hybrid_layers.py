@@ -95,6 +95,50 @@ def test_attention_then_moe_layers_are_an_moe_transformer():
     assert hybrid.memory_bytes == pytest.approx(transformer.memory_bytes, rel=1e-9)
 
 
+@pytest.mark.parametrize("parallelism", [{"tp": 1, "pp": 2, "dp": 8, "ep": 4},
+                                         {"tp": 2, "pp": 1, "dp": 8, "ep": 8,
+                                          "sequence_parallel": True}])
+def test_an_attention_then_moe_mtp_depth_is_a_transformer_mtp_module(parallelism):
+    """Megatron-Core builds a hybrid model's MTP depth as MultiTokenPredictionLayer with a
+    HybridStack of its pattern (multi_token_prediction.py @ d98e8a64dd): the same eh_proj,
+    enorm/hnorm/final_layernorm, extra LM head and loss as a GPT MTP module, whose block is
+    an attention + MoE block like the transformer's last. So '*E' x 6 with two '*E' depths
+    must cost exactly what the MoE transformer with two MTP modules costs: every time term,
+    the memory, the hardware FLOPs; and adding the depths adds time and memory."""
+    moe = {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1}
+    performance = {"checkpointing": "selective", "recompute_modules": ["moe_act"]}
+    transformer = _predict(_job({"layers": 6, "moe": moe, "mtp_layers": 2}, parallelism,
+                                performance))
+    hybrid = _predict(_job({"layers": 12, "hybrid_pattern": "*E" * 6, "moe": moe,
+                            "mtp_layers": 2, "mtp_pattern": "*E"}, parallelism, performance))
+    for term, seconds in transformer.breakdown_s.items():
+        assert hybrid.breakdown_s[term] == pytest.approx(seconds, rel=1e-9, abs=1e-12), term
+    assert hybrid.step_time_s == pytest.approx(transformer.step_time_s, rel=1e-9)
+    for component, transformer_bytes in transformer.memory_breakdown_bytes.items():
+        assert hybrid.memory_breakdown_bytes[component] == pytest.approx(
+            transformer_bytes, rel=1e-9), component
+    assert hybrid.hfu == pytest.approx(transformer.hfu, rel=1e-9)
+    without = _predict(_job({"layers": 12, "hybrid_pattern": "*E" * 6, "moe": moe},
+                            parallelism, performance))
+    assert hybrid.step_time_s > without.step_time_s
+    assert hybrid.memory_bytes > without.memory_bytes
+
+
+def test_mtp_depth_layers_sit_on_the_last_pipeline_rank():
+    """Megatron-Core's hybrid model builds its MTP block on the last pipeline stage
+    (hybrid_model.py mtp_process, mtp_on_this_rank): two 'M*' depths add 2 Mamba and 2
+    attention layers to the last rank's counts and none to the first's."""
+    geometry = {"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA}
+    parallelism = {"tp": 1, "pp": 2, "vpp": 2, "dp": 8}
+    plain = _job(geometry, parallelism, {})
+    spec = _job(geometry | {"mtp_layers": 2, "mtp_pattern": "M*"}, parallelism, {})
+    for stage, added in (("first", {}), ("last", {"M": 2, "*": 2})):
+        before = stage_hybrid_counts(plain.workload.geometry, plain.plan, stage)
+        after = stage_hybrid_counts(spec.workload.geometry, spec.plan, stage)
+        assert {s.value: int(after[s][0] - before[s][0]) for s in after} == {
+            "M": 0, "G": 0, "*": 0, "-": 0, "E": 0} | added
+
+
 def test_stage_counts_cut_the_pattern_into_chunks():
     """pp = 2, vpp = 2 over 'MM*-' x 4 (16 layers): chunks of 4, rank 0 holds chunks 0 and
     2 (layers 0-3, 8-11), the last rank chunks 1 and 3."""

@@ -362,12 +362,25 @@ def params_mtp_module(counts: ParameterCounts, d_model: int, norm: NormKind, moe
                + MTP_MODULE_NORMS * params_per_norm(d_model, norm))
 
 
+def params_hybrid_mtp_depth(counts: ParameterCounts, pattern: str, d_model: int,
+                            norm: NormKind) -> int:
+    """One MTP depth of a hybrid model (Megatron-Core MultiTokenPredictionLayer's hybrid
+    path, megatron/core/transformer/multi_token_prediction.py @ d98e8a64dd): the layers of
+    ``pattern`` (a ``HybridStack`` with ``post_layer_norm=False``), each counted as the main
+    model's layer of that kind (:func:`_hybrid_layer`, its own pre-norm included), the
+    projection eh_proj (:func:`params_mtp_projection`) and the :data:`MTP_MODULE_NORMS`
+    norms enorm, hnorm and final_layernorm; the embedding and output layer are shared."""
+    layers = sum(_hybrid_layer(0, HybridLayer(symbol), counts).total for symbol in pattern)
+    return int(layers + params_mtp_projection(d_model)
+               + MTP_MODULE_NORMS * params_per_norm(d_model, norm))
+
+
 def count_parameters(geometry: Geometry) -> ParameterCounts:
     """Exact parameter counts of one geometry."""
     counts = _transformer_counts(geometry)
     if geometry.is_hybrid:
         mamba, gdn = geometry.mamba, geometry.gdn
-        return replace(
+        counts = replace(
             counts,
             norms_per_layer=params_per_norm(geometry.d_model, geometry.norm),  # one per layer
             mamba_layers=geometry.mamba_layer_count,
@@ -376,6 +389,11 @@ def count_parameters(geometry: Geometry) -> ParameterCounts:
             gdn_per_layer=params_gdn(geometry.d_model, gdn) if gdn else 0,
             hybrid_attention_layers=geometry.attention_layer_count,
             hybrid_mlp_layers=geometry.dense_layer_count)
+        if geometry.mtp_layers:
+            mtp = geometry.mtp_layers * params_hybrid_mtp_depth(
+                counts, geometry.mtp_pattern or "", geometry.d_model, geometry.norm)
+            counts = replace(counts, mtp=mtp)
+        return counts
     if geometry.mtp_layers:
         last_is_moe = geometry.is_moe_layer(geometry.layers - 1)
         mtp = geometry.mtp_layers * params_mtp_module(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from mosaic.arch.counts import ParameterCounts
-from mosaic.arch.geometry import AttentionKind, Geometry
+from mosaic.arch.geometry import AttentionKind, Geometry, HybridLayer
 from mosaic.errors import MosaicInputError
 
 # Training = forward + backward; backward costs twice the forward (Kaplan et al., 2020).
@@ -140,6 +140,8 @@ def mtp_block_flops_per_token(geometry: Geometry, counts: ParameterCounts,
     modules. Each module's second LM head is :func:`lm_head_flops_per_token` again."""
     if not geometry.mtp_layers:
         return 0.0
+    if geometry.is_hybrid:
+        return _hybrid_mtp_flops_per_token(geometry, counts, seq_len)
     skipped = 0
     if geometry.is_moe_layer(geometry.layers - 1):  # counts.params_mtp_module's block
         skipped = geometry.mtp_layers * (counts.experts - counts.top_k) * counts.routed_expert
@@ -147,6 +149,25 @@ def mtp_block_flops_per_token(geometry: Geometry, counts: ParameterCounts,
                  / geometry.attention_layer_count)
     return float(FLOPS_PER_PARAM_TOKEN * (counts.mtp - skipped)
                  + geometry.mtp_layers * attention)
+
+
+def _hybrid_mtp_flops_per_token(geometry: Geometry, counts: ParameterCounts,
+                                seq_len: int) -> float:
+    """:func:`mtp_block_flops_per_token` of a hybrid model, whose every depth is the layers
+    of ``mtp_pattern`` (Geometry.mtp_layer_counts): 6 per parameter a token uses (each
+    'E' layer's K routed experts of its E) and each layer's sequence mixing, as the main
+    model's layers of that kind: full causal attention (a hybrid model's attention takes no
+    window), the SSD scan, the delta rule."""
+    held = geometry.mtp_layer_counts
+    skipped = held[HybridLayer.MOE] * (counts.experts - counts.top_k) * counts.routed_expert
+    attention = (TRAIN_TO_FORWARD_FLOPS * FLOPS_PER_MULTIPLY_ADD * geometry.heads
+                 * 2 * geometry.head_dim * attended_keys_per_query(seq_len, True))
+    mixing = (held[HybridLayer.ATTENTION] * attention
+              + held[HybridLayer.MAMBA] * TRAIN_TO_FORWARD_FLOPS
+              * ssd_scan_forward_flops_per_token(geometry)
+              + held[HybridLayer.GDN] * TRAIN_TO_FORWARD_FLOPS
+              * gdn_forward_flops_per_token(geometry))
+    return float(FLOPS_PER_PARAM_TOKEN * (counts.mtp - skipped) + mixing)
 
 
 def useful_flops_per_token(

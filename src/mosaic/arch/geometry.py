@@ -412,6 +412,14 @@ class Geometry:
         attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
         mtp_layers: DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 Sec. 2.2); their
             parameters are counted apart from ``n_total`` (the published 671 B excludes them).
+        mtp_pattern: a hybrid model's MTP depth, one :class:`HybridLayer` symbol per layer
+            (Megatron-Core's unified ``hybrid_layer_pattern`` "<main>/<mtp>/<mtp>...", one
+            ``/``-part per depth, all alike; the legacy ``mtp_hybrid_override_pattern``;
+            megatron/core/models/hybrid/hybrid_layer_allocation.py ``parse_hybrid_pattern``
+            @ d98e8a64dd); Nemotron 3.5 Lightning's ``*E`` is one attention and one MoE
+            layer. Required with a hybrid pattern and ``mtp_layers`` > 0 (Megatron-Core's
+            hybrid model builds no MTP block without one: hybrid_model.py ``mtp_process``
+            needs ``mtp_pattern is not None``), None otherwise.
         activation: the FFN activation's name when the source states it (swiglu, geglu, gelu,
             relu, squared_relu; the first two gated, as ``glu`` says); None means SwiGLU
             when ``glu``, else GELU, and stating that default stores None. Parameter and
@@ -461,6 +469,7 @@ class Geometry:
     lm_head_bias: bool = False
     attention_sinks: bool = False
     mtp_layers: int = 0
+    mtp_pattern: str | None = None
     activation: str | None = None
     hybrid_pattern: str | None = None
     mamba: MambaConfig | None = None
@@ -535,6 +544,8 @@ class Geometry:
                      "model.mamba needs model.hybrid_pattern (which layers are Mamba layers)")
             _require(self.gdn is None, "model.gdn needs model.hybrid_pattern (which layers "
                      "are gated DeltaNet layers)")
+            _require(self.mtp_pattern is None, "model.mtp_pattern needs model.hybrid_pattern "
+                     "(a transformer's MTP module is one block like its last)")
 
     def _check_window(self) -> None:
         if self.sliding_window is None:
@@ -571,7 +582,7 @@ class Geometry:
                  f"{', '.join(repr(c) for c in unknown)}; allowed: 'M' (Mamba), 'G' (gated "
                  "DeltaNet), '*' (attention), '-' (MLP), 'E' (MoE), one per layer (leave out "
                  "Megatron's pipeline '|' separators: the layout's pp and vpp cut the "
-                 "pattern; MTP '/' patterns are not supported)")
+                 "pattern; state an MTP depth's '/' pattern as model.mtp_pattern)")
         _require(len(pattern) == self.layers, f"model.hybrid_pattern has {len(pattern)} "
                  f"layers but model.layers is {self.layers}")
         has = {symbol: symbol.value in pattern for symbol in HybridLayer}
@@ -594,7 +605,39 @@ class Geometry:
         _require(self.attention is not AttentionKind.MLA,
                  "model.hybrid_pattern with MLA attention is not supported (only MHA/GQA "
                  "attention layers)")
-        _require(self.mtp_layers == 0, "model.mtp_layers with a hybrid pattern is not supported")
+        self._check_mtp_pattern(allowed)
+
+    def _check_mtp_pattern(self, allowed: str) -> None:
+        """A hybrid model's MTP depth (:attr:`mtp_pattern`): stated exactly when it has MTP
+        modules, in the hybrid alphabet, each kind's mixer configured."""
+        pattern = self.mtp_pattern
+        if not self.mtp_layers:
+            _require(pattern is None, "model.mtp_pattern needs model.mtp_layers > 0 (the MTP "
+                     "depths, each one copy of the pattern)")
+            return
+        _require(pattern is not None, "model.mtp_layers with a hybrid pattern needs "
+                 "model.mtp_pattern, the layers of one MTP depth (Megatron-Core "
+                 "hybrid_layer_pattern '<main>/<mtp>/...', e.g. '*E' for one attention and one "
+                 "MoE layer)")
+        assert pattern is not None
+        unknown = sorted(set(pattern) - set(allowed))
+        _require(bool(pattern) and not unknown, f"model.mtp_pattern {shown(pattern)}: allowed: "
+                 "one or more of 'M' (Mamba), 'G' (gated DeltaNet), '*' (attention), '-' "
+                 "(MLP), 'E' (MoE), one per layer of one MTP depth")
+        for symbol, config, name in ((HybridLayer.MAMBA, self.mamba, "mamba"),
+                                     (HybridLayer.GDN, self.gdn, "gdn"),
+                                     (HybridLayer.MOE, self.moe, "moe")):
+            _require(symbol.value not in pattern or config is not None,
+                     f"model.mtp_pattern has '{symbol.value}' layers but model.{name} is not "
+                     "given")
+
+    @property
+    def mtp_layer_counts(self) -> dict[HybridLayer, int]:
+        """Layers of each kind in all MTP depths of a hybrid model (:attr:`mtp_pattern`
+        times :attr:`mtp_layers`); zero for a transformer, whose MTP blocks
+        :attr:`mtp_layers` counts."""
+        pattern = self.mtp_pattern or ""
+        return {symbol: self.mtp_layers * pattern.count(symbol.value) for symbol in HybridLayer}
 
     @property
     def is_moe(self) -> bool:

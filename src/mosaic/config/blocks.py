@@ -201,6 +201,11 @@ class ModelBlock(StrictBlock):
         description="a hybrid model's layers, one symbol each: M Mamba, G gated DeltaNet, "
                     "* attention, - MLP, E MoE (Megatron-Core hybrid_layer_pattern); None = a "
                     "transformer")
+    mtp_pattern: str | None = Field(
+        default=None, min_length=1, max_length=_LAYERS,
+        description="a hybrid model's MTP depth, one hybrid_pattern symbol per layer "
+                    "(Megatron-Core hybrid_layer_pattern '<main>/<mtp>/...'); required with "
+                    "hybrid_pattern and mtp_layers > 0")
     mamba: MambaBlock | None = None
     gdn: GatedDeltaNetBlock | None = None
 

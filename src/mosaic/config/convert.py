@@ -96,9 +96,11 @@ def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
         return model.ffn
     if moe is None:
         raise MosaicInputError("model.ffn: not stated (null) for a dense model")
-    if model.hybrid_pattern is not None and HybridLayer.MLP.value in model.hybrid_pattern:
-        raise MosaicInputError("model.ffn: not stated (null), but model.hybrid_pattern has MLP "
-                               "('-') layers that need it")
+    for name, pattern in (("hybrid_pattern", model.hybrid_pattern),
+                          ("mtp_pattern", model.mtp_pattern)):
+        if pattern is not None and HybridLayer.MLP.value in pattern:
+            raise MosaicInputError(f"model.ffn: not stated (null), but model.{name} has MLP "
+                                   "('-') layers that need it")
     if moe.dense_layers or moe.moe_every > 1:
         raise MosaicInputError("model.ffn: not stated (null), but the model has dense blocks "
                                f"(moe.dense_layers={moe.dense_layers}, "
@@ -179,7 +181,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         zero_centered_norm=model.zero_centered_norm,
         sliding_window=model.sliding_window, full_attention_every=model.full_attention_every,
         attention_sinks=model.attention_sinks, mtp_layers=int(mtp),  # type: ignore[arg-type]
-        hybrid_pattern=model.hybrid_pattern,
+        hybrid_pattern=model.hybrid_pattern, mtp_pattern=model.mtp_pattern,
         mamba=None if model.mamba is None else MambaConfig(**model.mamba.model_dump()),
         gdn=None if model.gdn is None else GatedDeltaNetConfig(**model.gdn.model_dump()),
     )
@@ -233,6 +235,8 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         document["moe"] = block
     if geometry.hybrid_pattern is not None:
         document["hybrid_pattern"] = geometry.hybrid_pattern
+    if geometry.mtp_pattern is not None:
+        document["mtp_pattern"] = geometry.mtp_pattern
     if geometry.mamba is not None:
         mamba = geometry.mamba
         document["mamba"] = {"heads": mamba.heads, "head_dim": mamba.head_dim,

@@ -412,8 +412,13 @@ def stage_layer_counts(
             moe_blocks)
     if geometry.mtp_layers:
         mtp = mtp_modules(geometry, plans, stage, layouts)
-        blocks = blocks + mtp
-        moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
+        if geometry.is_hybrid:  # each module holds the layers of one depth's pattern
+            depth = geometry.mtp_pattern or ""
+            blocks = blocks + mtp * len(depth)
+            moe_blocks = moe_blocks + mtp * depth.count(HybridLayer.MOE.value)
+        else:
+            blocks = blocks + mtp
+            moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
     return blocks, moe_blocks
 
 
@@ -443,7 +448,9 @@ def mtp_modules(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     (megatron/core/transformer/multi_token_prediction.py ``mtp_on_this_rank``: "assumes all
     MTP layers (if any) are placed on the last pipeline stage"; NVIDIA/Megatron-LM @
     d98e8a64dd). Each holds a transformer block, which :func:`stage_layer_counts` counts
-    with the rank's blocks (:func:`mtp_block_is_moe` says of which kind)."""
+    with the rank's blocks (:func:`mtp_block_is_moe` says of which kind); a hybrid model's
+    holds the layers of its ``mtp_pattern``, which :func:`stage_hybrid_counts` counts with
+    the rank's layers."""
     held = np.where(stage_rank(plans, stage) == plans.pp - 1, geometry.mtp_layers, 0)
     if not geometry.mtp_layers:
         return held
@@ -474,6 +481,14 @@ def stage_hybrid_counts(
         for symbol in HybridLayer:
             in_chunk = _kind_below(stop, geometry, symbol) - _kind_below(start, geometry, symbol)
             counts[symbol] = counts[symbol] + np.where(held, in_chunk, 0)
+    if geometry.mtp_layers:
+        # the MTP depths' layers (Geometry.mtp_pattern), on the rank that holds the modules
+        # (:func:`mtp_modules`: Megatron-Core's hybrid model builds its MTP block where
+        # mtp_on_this_rank says, megatron/core/models/hybrid/hybrid_model.py @ d98e8a64dd)
+        modules = mtp_modules(geometry, plans, stage)
+        depth = geometry.mtp_pattern or ""
+        for symbol in HybridLayer:
+            counts[symbol] = counts[symbol] + modules * depth.count(symbol.value)
     return counts
 
 

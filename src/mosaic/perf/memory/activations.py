@@ -591,7 +591,7 @@ def _stage_hybrid_activations(workload: Workload, plans: ParallelPlans, stage: S
     per_microbatch = np.zeros(len(plans))
     working_set = np.zeros(len(plans))
     for symbol, kind in HYBRID_LAYER_KINDS.items():
-        if not geometry.hybrid_count(symbol):
+        if not (geometry.hybrid_count(symbol) or geometry.mtp_layer_counts[symbol]):
             continue
         per_microbatch = per_microbatch + held[symbol] * activation_bytes_per_layer(
             workload, plans, kind)

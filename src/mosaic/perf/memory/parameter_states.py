@@ -5,7 +5,7 @@ Megatron-Core distributed optimizer; paper Appendix D.1, Eq. 24).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -139,18 +139,22 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     head = np.where(lm_head, lm_head_params / tp, 0.0)
 
     experts_per_block = counts.experts * counts.routed_expert / expert_split
-    if geometry.is_hybrid:
-        return _hybrid_stage_parameters(geometry, plans, stage, split,
-                                        vocab_in_split, embedding, head, experts_per_block)
-    # An MTP module's block is among the stage's blocks (schedule.mtp_modules); its
+    # An MTP module's block is among the stage's blocks (schedule.mtp_modules; a hybrid
+    # model's depth layers among its layers, schedule.stage_hybrid_counts); its
     # projection is column-parallel over TP (Megatron-Core MultiTokenPredictionLayer
     # eh_proj, gather_output=False), its norms replicated, and its rank builds an input
     # embedding of its own (GPTModel: "if self.pre_process or self.mtp_process: self.embedding
-    # = LanguageModelEmbedding(...)", megatron/core/models/gpt/gpt_model.py @ d98e8a64dd).
+    # = LanguageModelEmbedding(...)", megatron/core/models/gpt/gpt_model.py @ d98e8a64dd;
+    # the same in megatron/core/models/hybrid/hybrid_model.py).
     mtp = mtp_modules(geometry, plans, stage, layouts)
     embedding = np.where((mtp > 0) & (embedding == 0), counts.embedding / tp, embedding)
     mtp_split = mtp * params_mtp_projection(geometry.d_model) / tp
     mtp_replicated = mtp * MTP_MODULE_NORMS * params_per_norm(geometry.d_model, geometry.norm)
+    if geometry.is_hybrid:
+        hybrid = _hybrid_stage_parameters(geometry, plans, stage, split,
+                                          vocab_in_split, embedding, head, experts_per_block)
+        return replace(hybrid, dense=hybrid.dense + mtp_split,
+                       replicated=hybrid.replicated + mtp_replicated)
     dense_block = (counts.attention_per_layer + counts.dense_ffn_per_layer) / tp
     moe_block_tp = (counts.attention_per_layer + counts.shared_experts_per_layer) / tp
     dense_block_total = dense_block + counts.norms_per_layer
