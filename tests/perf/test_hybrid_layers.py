@@ -219,6 +219,20 @@ def test_megatron_export_writes_the_pattern_in_virtual_stage_segments():
         export(spec_from_job(spec, "test"), "torchtitan")
 
 
+def test_exports_write_the_mtp_depths_of_a_hybrid_model():
+    """Megatron-LM's unified pattern appends one '/'-separated copy of the MTP pattern per
+    depth (hybrid_layer_allocation.py parse_hybrid_pattern @ d98e8a64dd); Megatron-Bridge's
+    HybridModelProvider takes mtp_hybrid_override_pattern and appends it itself
+    (models/hybrid/hybrid_provider.py @ 067f987df). Without them no MTP block is built."""
+    spec = _job({"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA,
+                 "mtp_layers": 2, "mtp_pattern": "*-"}, {"tp": 1, "pp": 2, "dp": 8}, {})
+    megatron = export(spec_from_job(spec, "test"), "megatron").text
+    assert "--hybrid-layer-pattern 'MM*-MM*-|MM*-MM*-/*-/*-'" in megatron
+    assert "--mtp-num-layers 2" in megatron
+    nemo = export(spec_from_job(spec, "test"), "nemo").text
+    assert "mtp_hybrid_override_pattern" in nemo and "'*-'" in nemo
+
+
 def test_a_hybrid_layer_split_sums_to_the_model():
     spec = _job({"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA},
                 {"tp": 1, "pp": 1, "dp": 16}, {})

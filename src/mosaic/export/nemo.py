@@ -421,6 +421,11 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "moe_router_load_balancing_type / moe_aux_loss_coeff to change it")
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
+    if g.mtp_pattern is not None:
+        # HybridModelProvider appends it to the main pattern once per depth
+        # (src/megatron/bridge/models/hybrid/hybrid_provider.py @ 067f987df; the Nemotron 3.5
+        # Lightning recipe sets it, recipes/nemotronh/h100/nemotron_3_nano.py)
+        model["mtp_hybrid_override_pattern"] = g.mtp_pattern
     if spec.uneven_stages and spec.geometry.is_hybrid:  # (pipeline_split_fields: the rest)
         unsupported.append(
             f"uneven pipeline stages ({model['num_layers']} layers on pp·vpp = "

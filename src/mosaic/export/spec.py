@@ -467,14 +467,19 @@ class ExportSpec:
         by '|' into pp·vpp segments of ceil(L/(pp·vpp)) layers (Megatron-LM derives the
         virtual stages from the segments and refuses --num-virtual-stages-per-pipeline-rank
         with --hybrid-layer-pattern, arguments.py; a pattern without '|' under pp > 1 is
-        deprecated, hybrid_layer_allocation.py @ d98e8a64dd); whole without pipelining."""
+        deprecated, hybrid_layer_allocation.py @ d98e8a64dd); whole without pipelining. MTP
+        depths follow as '/'-separated copies of ``mtp_pattern``, one per depth (the unified
+        pattern, hybrid_layer_allocation.py ``parse_hybrid_pattern``: "<main_pattern>/
+        <mtp_pattern>/<mtp_pattern>/...")."""
         pattern = self.geometry.hybrid_pattern
         assert pattern is not None
+        depth = self.geometry.mtp_pattern
+        mtp = "".join("/" + depth for _ in range(self.geometry.mtp_layers)) if depth else ""
         if self.pp * self.vpp == 1:
-            return pattern
+            return pattern + mtp
         per_segment = blocks_per_chunk(len(pattern), self.pp * self.vpp)
         return "|".join(pattern[start:start + per_segment]
-                        for start in range(0, len(pattern), per_segment))
+                        for start in range(0, len(pattern), per_segment)) + mtp
 
     def mixer_ffn_pairs(self) -> list[str] | None:
         """A gated DeltaNet model's decoder blocks, each a mixer layer ('G' or '*') and its
