@@ -87,6 +87,19 @@ def test_a_hybrid_megatron_file_trains_its_router_balanced():
                for note in result.unsupported)
 
 
+
+def test_a_hybrid_job_that_states_its_mtp_depth_is_not_told_to_add_one():
+    """A hybrid job may state its MTP depths (model.mtp_layers with model.mtp_pattern): the
+    Megatron file then carries them after a '/' in --hybrid-layer-pattern, and neither
+    export says the recipe's MTP module is missing."""
+    stated = _spec("qwen3_next_80b_b200.yaml", ["model.mtp_layers=1", "model.mtp_pattern=*E"])
+    megatron = export(stated, "megatron")
+    flags = _megatron_flags(megatron.text)
+    assert "/" in flags[flags.index("--hybrid-layer-pattern") + 1]
+    assert not any("trains one MTP module" in note for note in megatron.unsupported)
+    assert not any("trains one MTP module" in note
+                   for note in export(stated, "nemo").unsupported)
+
 def test_maxtext_runs_the_jobs_optimizer():
     """base.yml's opt_type defaults to adamw: a Muon job must say muon, on a decoder MaxText
     runs Muon for (a qk-norm model: qwen3_moe is not one, so a dense qwen3 here); on the

@@ -503,7 +503,8 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                                "(4, 128) have no flag")
     if g.gdn is not None:  # TransformerConfig linear_* fields; the hybrid stack's 'G' layers
         args += gdn_arguments(g, unsupported)
-        unsupported.append(QWEN3_NEXT_HYBRID_MTP_NOTE)
+        if not g.mtp_layers:  # a stated MTP depth is written with the pattern
+            unsupported.append(QWEN3_NEXT_HYBRID_MTP_NOTE)
     return args
 
 
@@ -526,10 +527,12 @@ def rope_and_norm_arguments(g: Geometry) -> list[tuple[str, str | None]]:
 # With Megatron-LM's unified hybrid pattern, MTP layers follow the main pattern after '/'
 # separators, one segment per MTP depth (arguments.py @ d98e8a64dd: "Use unified
 # --hybrid-layer-pattern with '/' separator (e.g., 'M*M*/MM/MM')").
-QWEN3_NEXT_RECIPE_NOTE = ("Qwen3-Next's recipe trains one MTP module, outside mosaic's model "
-                          "block (hybrid patterns take none): set mtp_num_layers by hand")
-QWEN3_NEXT_HYBRID_MTP_NOTE = ("Qwen3-Next's recipe trains one MTP module, outside mosaic's "
-                          "model block: add it as a '/'-separated segment after "
+QWEN3_NEXT_RECIPE_NOTE = ("Qwen3-Next's recipe trains one MTP module, which this job does not "
+                          "state: state model.mtp_layers with model.mtp_pattern, or set "
+                          "mtp_num_layers by hand")
+QWEN3_NEXT_HYBRID_MTP_NOTE = ("Qwen3-Next's recipe trains one MTP module, which this job "
+                          "does not state (model.mtp_layers with model.mtp_pattern): add it "
+                          "as a '/'-separated segment after "
                           "--hybrid-layer-pattern's main pattern (Megatron-LM's unified "
                           "hybrid pattern, e.g. 'M*M*/MM') with --mtp-num-layers 1")
 # megatron/core/ssm/mamba_mixer.py @ d98e8a64dd: MambaMixer asserts conv_bias

@@ -291,7 +291,7 @@ def gated_delta_net_notes(spec: ExportSpec, blocks: int) -> list[str]:
              "config): its transformer_layer_spec builds the gated DeltaNet layers, a generic GPT "
              "recipe's does not (Megatron-Bridge v0.2.0, NeMo 25.11, names the variant field "
              "linear_attention_type: written when the job states that release)",
-             QWEN3_NEXT_RECIPE_NOTE]
+             *([] if spec.geometry.mtp_layers else [QWEN3_NEXT_RECIPE_NOTE])]
     stages = spec.pp * spec.vpp
     if stages > 1 and blocks % stages:
         notes.append(f"pp·vpp = {stages} does not divide the GPT form's {blocks} blocks (a "
