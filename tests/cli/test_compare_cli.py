@@ -892,3 +892,20 @@ def test_recipe_settings_neither_job_states_are_listed_where_they_differ(tmp_pat
     assert [row["field"] for row in rows] == ["hardware.system", "performance.dp_comm_overlap"]
     assert rows[1] == {"field": "performance.dp_comm_overlap", "a": False, "b": True,
                        "a_stated": False, "b_stated": False}
+
+
+def test_a_long_or_nested_plan_input_is_named_by_its_size_not_printed(plans, tmp_path):
+    """A fuzz trial's plan held a 254 MB nested list under search_space: compare --json
+    printed it twice over, 1.5 GB. A long or nested list among a plan's inputs is listed as
+    'a list of N items (not shown)'; short flat lists stay whole."""
+    a_path, _ = plans
+    document = json.loads(a_path.read_text())
+    document["search_space"]["extra"] = [[0] * 3] * 5
+    document["search_space"]["long"] = list(range(100))
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(document))
+    doc = invoke_json("compare", str(a_path), str(edited))
+    fields = {d["field"]: (d["a"], d["b"]) for d in doc["input_differences"]}
+    assert fields["search_space.extra"][1] == "a list of 5 items (not shown)"
+    assert fields["search_space.long"][1] == "a list of 100 items (not shown)"
+    assert fields["search_space.extra"][0] is None  # absent on A: no list to summarise

@@ -36,6 +36,7 @@ from mosaic.report.comparison import (
     footnotes,
     has_breakdowns,
     memory_rows,
+    shown_input,
     side_by_side_rows,
     side_notes,
     step_rows,
@@ -456,12 +457,13 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None,
     # share everything else (a trial read "Inputs that differ: (none)" for #1 against #2)
     geometry = {k: optimum.get(k) for k in ("q", "layers", "d_model", "experts", "top_k",
                                             "split_factor", "expert_ffn")}
-    inputs = flatten({"geometry": geometry, "layout": optimum.get("plan") or {},
-                      "envelope": envelope, "search_space": document.get("search_space") or {},
-                      "layout_limits": assumptions.get("layout_limits") or {},
-                      "law": {"form": law.get("form"),
-                              "source": (law.get("provenance") or {}).get("source")},
-                      "calibration": (assumptions.get("calibration") or {}).get("name")})
+    read = flatten({"geometry": geometry, "layout": optimum.get("plan") or {},
+                    "envelope": envelope, "search_space": document.get("search_space") or {},
+                    "layout_limits": assumptions.get("layout_limits") or {},
+                    "law": {"form": law.get("form"),
+                            "source": (law.get("provenance") or {}).get("source")},
+                    "calibration": (assumptions.get("calibration") or {}).get("name")})
+    inputs = {name: shown_input(value) for name, value in read.items()}
     for field_name, value in inputs.items():  # listed among the inputs that differ
         if is_number(value) and not is_finite_number(value):
             shown = shown_number(value)

@@ -25,6 +25,20 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
+# a plan input longer than this, or nested, is named by its size in the differences, not
+# printed (a fuzz trial's 254 MB nested list in search_space became 1.5 GB of --json output)
+MAX_SHOWN_INPUT_ITEMS = 64
+
+
+def shown_input(value: Any) -> Any:
+    """``value`` as the comparison lists it: scalars and short flat lists whole, a long or
+    nested list as 'a list of N items (not shown)'."""
+    if isinstance(value, list) and (len(value) > MAX_SHOWN_INPUT_ITEMS
+                                    or any(isinstance(item, list | dict) for item in value)):
+        return f"a list of {len(value):,} items (not shown)"
+    return value
+
+
 # The job fields a stack's recipe may set (mosaic.config.recipes.RecipeSettings; its
 # recompute is the job's checkpointing, its pipeline_layouts the job's pipeline_layout)
 RECIPE_FIELDS = frozenset({*RecipeSettings.model_fields, "checkpointing", "pipeline_layout"})
