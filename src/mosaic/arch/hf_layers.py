@@ -1,13 +1,15 @@
 """The parts of a HuggingFace config that families read alike: the gated activation, the
-attention shape, the sliding window and the placement of MoE blocks among dense ones."""
+attention shape, the sliding window, the placement of MoE blocks among dense ones and an MoE
+block with at most one shared expert."""
 
 from __future__ import annotations
 
 import warnings
 from typing import Any
 
-from mosaic.arch.geometry import AttentionKind
+from mosaic.arch.geometry import AttentionKind, MoEConfig
 from mosaic.arch.hf_fields import ConfigFields
+from mosaic.arch.hf_routers import family_router
 from mosaic.arch.hf_warnings import SlidingWindowIgnoredWarning
 from mosaic.errors import MosaicInputError, shown
 
@@ -22,6 +24,22 @@ def gated_activation(fields: ConfigFields) -> str:
     if fields.bool("mlp_bias", False):
         raise MosaicInputError(f"{fields.where}: mlp_bias=true is not supported (FFN biases)")
     return "swiglu" if act in ("silu", "swish") else "geglu"
+
+
+def moe_with_one_shared_expert(fields: ConfigFields, model_type: str, experts_key: str,
+                               shared_width: int, *, shared_expert_gate: bool = False,
+                               dense_layers: int = 0, moe_every: int = 1) -> MoEConfig:
+    """An MoE block of ``experts_key`` routed experts (top ``num_experts_per_tok``, width
+    ``moe_intermediate_size``) and one shared expert of ``shared_width`` where that is not 0
+    (Qwen2-MoE, Qwen3-Next, Nemotron-H), gated where ``shared_expert_gate`` says, routed
+    as ``model_type``'s router (:func:`~mosaic.arch.hf_routers.family_router`)."""
+    return MoEConfig(experts=fields.int(experts_key), top_k=fields.int("num_experts_per_tok"),
+                     expert_ffn=fields.int("moe_intermediate_size"),
+                     shared_experts=1 if shared_width else 0,
+                     shared_expert_ffn=shared_width or None,
+                     shared_expert_gate=shared_expert_gate and bool(shared_width),
+                     dense_layers=dense_layers, moe_every=moe_every,
+                     router=family_router(fields, model_type))
 
 
 def qwen_sparse_layers(fields: ConfigFields, layers: int) -> list[int]:

@@ -12,6 +12,7 @@ from mosaic.arch.hf_fields import ConfigFields
 from mosaic.arch.hf_layers import (
     attention_fields,
     gated_activation,
+    moe_with_one_shared_expert,
     prefix_and_every,
     qwen_sparse_layers,
 )
@@ -52,13 +53,9 @@ def nemotron_h(fields: ConfigFields) -> Geometry:
     d_model = fields.int("hidden_size")
     moe = None
     if "E" in pattern:
-        shared_width = fields.count("moe_shared_expert_intermediate_size", 0)
-        moe = MoEConfig(experts=fields.int("n_routed_experts"),
-                        top_k=fields.int("num_experts_per_tok"),
-                        expert_ffn=fields.int("moe_intermediate_size"),
-                        shared_experts=1 if shared_width else 0,
-                        shared_expert_ffn=shared_width or None,
-                        router=family_router(fields, "nemotron_h"))
+        moe = moe_with_one_shared_expert(
+            fields, "nemotron_h", "n_routed_experts",
+            fields.count("moe_shared_expert_intermediate_size", 0))
     width = fields.config.get("intermediate_size")
     ffn = fields.int("intermediate_size") if width is not None or "-" in pattern else (
         moe.expert_ffn if moe else d_model)
@@ -126,14 +123,9 @@ def qwen3_next(fields: ConfigFields) -> Geometry:
                       for i, kind in enumerate(types))
     moe = None
     if sparse:
-        shared_width = fields.count("shared_expert_intermediate_size", 0)
-        moe = MoEConfig(experts=fields.int("num_experts"),
-                        top_k=fields.int("num_experts_per_tok"),
-                        expert_ffn=fields.int("moe_intermediate_size"),
-                        shared_experts=1 if shared_width else 0,
-                        shared_expert_ffn=shared_width or None,
-                        shared_expert_gate=bool(shared_width),  # HF Qwen3NextSparseMoeBlock
-                        router=family_router(fields, "qwen3_next"))
+        moe = moe_with_one_shared_expert(  # gated: HF Qwen3NextSparseMoeBlock
+            fields, "qwen3_next", "num_experts",
+            fields.count("shared_expert_intermediate_size", 0), shared_expert_gate=True)
     linear = {name: fields.int(f"linear_{key}", default) for name, key, default in (
         ("key_heads", "num_key_heads", 16), ("value_heads", "num_value_heads", 32),
         ("key_head_dim", "key_head_dim", 128), ("value_head_dim", "value_head_dim", 128),

@@ -10,7 +10,12 @@ from typing import Any
 
 from mosaic.arch.geometry import Geometry, MoEConfig
 from mosaic.arch.hf_fields import ConfigFields
-from mosaic.arch.hf_layers import attention_fields, prefix_and_every, qwen_sparse_layers
+from mosaic.arch.hf_layers import (
+    attention_fields,
+    moe_with_one_shared_expert,
+    prefix_and_every,
+    qwen_sparse_layers,
+)
 from mosaic.arch.hf_routers import family_router
 from mosaic.arch.hf_warnings import (
     IgnoredFieldWarning,
@@ -42,17 +47,9 @@ def qwen_moe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
                       "Qwen3-MoE has no shared expert (Qwen2-MoE and Qwen3-Next do)",
                       IgnoredFieldWarning, stacklevel=3)
         shared_width = 0
-    moe = MoEConfig(
-        experts=fields.int("num_experts"),
-        top_k=fields.int("num_experts_per_tok"),
-        expert_ffn=fields.int("moe_intermediate_size"),
-        shared_experts=1 if shared_width else 0,
-        shared_expert_ffn=shared_width or None,
-        dense_layers=dense_layers,
-        moe_every=every,
-        shared_expert_gate=bool(shared_width),  # HF Qwen2MoeSparseMoeBlock
-        router=family_router(fields, model_type),
-    )
+    moe = moe_with_one_shared_expert(  # gated: HF Qwen2MoeSparseMoeBlock
+        fields, model_type, "num_experts", shared_width, shared_expert_gate=True,
+        dense_layers=dense_layers, moe_every=every)
     return Geometry(
         **common, **attention_fields(fields, d_model), **window,
         ffn=fields.int("intermediate_size"), moe=moe,
