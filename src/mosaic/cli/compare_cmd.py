@@ -618,25 +618,28 @@ def side_calibrations(names: tuple[str | None, str | None]) -> tuple[Any, Any]:
     return loaded[0], loaded[1]
 
 
-def _kind(path: Path) -> str:
-    """'job' for a YAML file or a JSON one holding a job's model block (perf and export read
-    a job written as JSON; a fuzz trial's compare refused it as 'not a plan document'),
-    else 'plan' (a `mosaic plan --json` document, a PLAN.json#N candidate, or a damaged
-    one, refused as such)."""
+def _kind(path: Path) -> tuple[str, Any]:
+    """('job', None) for a YAML file or a JSON one holding a job's model block (perf and
+    export read a job written as JSON; a fuzz trial's compare refused it as 'not a plan
+    document'), else ('plan', its parsed document, or None where it was not read: a
+    PLAN.json#N candidate, or a damaged file, refused as such when the plan is read). The
+    document is handed on so a plan file is parsed once (a fuzz trial's 254 MB plan took
+    7 s a parse)."""
     from mosaic.config.job_schema import is_plan_document
     from mosaic.export.spec import split_plan_reference
 
     file, rank = split_plan_reference(path)
     if file.suffix.lower() != ".json":
-        return "job"
+        return "job", None
     if rank is not None:
-        return "plan"
+        return "plan", None
     try:
         document = parse_json(read_text(file, "plan document"), str(file))
     except MosaicInputError:  # unreadable: read as the plan it is named like, and refused
-        return "plan"
-    return ("job" if isinstance(document, dict) and "model" in document
-            and not is_plan_document(document) else "plan")
+        return "plan", None
+    if isinstance(document, dict) and "model" in document and not is_plan_document(document):
+        return "job", None
+    return "plan", document
 
 
 DEFAULT_DAYS = 20.0  # the training window of a job comparison when --days is not given
@@ -673,11 +676,12 @@ def compare(
     """Compare two jobs or two plans: step time, memory, MFU, tokens, loss, cost, inputs."""
     calibration_names = side_calibration_names(calibration)
     check_html(html, a, b, law_file, *calibration_names, model, catalog)
-    kinds = {_kind(a), _kind(b)}
+    (kind_a, read_a), (kind_b, read_b) = _kind(a), _kind(b)
+    kinds = {kind_a, kind_b}
     if len(kinds) != 1:
-        plan = a if _kind(a) == "plan" else b
+        plan = a if kind_a == "plan" else b
         raise MosaicInputError("compare two jobs (YAML or JSON) or two plans (JSON of `mosaic plan "
-                               f"--json`), not a {_kind(a)} ({a}) with a {_kind(b)} ({b}); "
+                               f"--json`), not a {kind_a} ({a}) with a {kind_b} ({b}); "
                                "a .json file holding a job's model block is read as a job, any "
                                "other .json file as a plan; to compare the plan's chosen job, "
                                f"write it with `mosaic export {plan} --to yaml --out job.yaml` "
@@ -738,9 +742,10 @@ def compare(
         sides = []
         from mosaic.export.spec import plan_candidate, split_plan_reference
 
-        for path, price in zip((a, b), prices, strict=True):
+        for path, price, read in zip((a, b), prices, (read_a, read_b), strict=True):
             file, rank = split_plan_reference(path)  # PLAN.json#N: the rank-N candidate
-            document = parse_json(read_text(file, "plan document"), str(file))
+            document = (read if read is not None
+                        else parse_json(read_text(file, "plan document"), str(file)))
             if rank is not None:
                 document = plan_candidate(document, rank, str(path))
             sides.append(plan_side(path, document, price, currency))
