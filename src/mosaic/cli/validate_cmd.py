@@ -220,9 +220,11 @@ def validate(
     # runs the profile was fitted on, or that values it kept from its base were fitted on,
     # score its fit, not the model (a trial quoted 10.4% for a profile fitted on the same runs)
     coverage = model_calibration.coverage
-    aggregate = summary.aggregate(
-        frozenset(coverage.fitted_runs) | frozenset(coverage.inherited_runs or ())
-        if coverage is not None else frozenset())
+    fitted_ids = frozenset(() if coverage is None else coverage.fitted_runs)
+    # coverage.inherited_runs: fitted on by the profile it kept values from, not by it
+    inherited_ids = frozenset(() if coverage is None else coverage.inherited_runs or ()
+                              ) - fitted_ids
+    aggregate = summary.aggregate(fitted_ids | inherited_ids)
     _check_strict(runs, aggregate["implausible_measurements"], strict,
                   "run(s) look mis-entered")
     # which profile and hardware catalog scored the runs (a trial could not tell from the
@@ -260,11 +262,8 @@ def validate(
     _echo_unrecognised_software(aggregate["unrecognised_software"])
     _echo_assumptions(assumption_counts(summary.rows()))
     if aggregate["in_sample_runs"]:
-        # coverage.inherited_runs: fitted on by the profile it kept values from, not by it
-        inherited = (frozenset(coverage.inherited_runs or ()) - frozenset(coverage.fitted_runs)
-                     if coverage is not None else frozenset())
         fitted_by = (f"that calibration {model_calibration.name!r}, or the profile it kept "
-                     "values from," if inherited.intersection(summary.ids)
+                     "values from," if inherited_ids.intersection(summary.ids)
                      else f"calibration {model_calibration.name!r}")
         typer.echo(f"note: {aggregate['in_sample_runs']} of these runs are runs "
                    f"{fitted_by} was fitted on: their errors are in-sample, "
