@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
+
+from mosaic.torchrun_env import is_rank_zero, under_torchrun
 
 INTERRUPTED = 130  # typer's exit status for Ctrl-C (typer/core.py: Exit(130)), 128 + SIGINT
 
@@ -14,11 +15,11 @@ def interrupted_line(argv: list[str]) -> str | None:
     """What an interrupted ``python -m mosaic.bench ARGV`` says (as ``mosaic bench`` does),
     on rank 0 only under torchrun; None where it says nothing (another rank, a command that
     measures nothing: ``compare``, ``--dry-run``)."""
-    if os.environ.get("RANK", "0") != "0":
+    if not is_rank_zero():
         return None
     if not argv or argv[0] == "compare" or "--dry-run" in argv or "--help" in argv:
         return "error: interrupted"
-    launcher = "torchrun ... -m" if "TORCHELASTIC_RUN_ID" in os.environ else "python -m"
+    launcher = "torchrun ... -m" if under_torchrun() else "python -m"
     return (f"error: interrupted; rerun {launcher} {shlex.join(['mosaic.bench', *argv])} to "
             "measure the rest (the cases measured are kept)")
 

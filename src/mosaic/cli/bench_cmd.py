@@ -27,6 +27,7 @@ from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra, shown
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.text_values import parse_ints, parse_names
+from mosaic.torchrun_env import is_rank_zero
 from mosaic.units import GIB, MIB, SECONDS_PER_HOUR
 
 HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
@@ -196,9 +197,7 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
              device: str | None, dtypes: str | None, max_tensor_bytes: str, backends: str,
              quick: bool, progress: bool, json_output: bool, threads: int | None = None
              ) -> None:
-    import os
-
-    if os.environ.get("RANK", "0") != "0":
+    if not is_rank_zero():
         # under torchrun the kernels are timed on rank 0 alone: every rank timing them at once
         # on shared cores, into one folder, measured the contention (a trial)
         return
@@ -324,9 +323,7 @@ def collectives_command(
         prepare_output_dir(out, "--out")
     result = run_collectives(out, options, QUICK if quick else TimingPolicy(), budget,
                              progress and not is_quiet(), backend, dry_run)
-    import os
-
-    if os.environ.get("RANK", "0") != "0":
+    if not is_rank_zero():
         return
     if dry_run:
         _render_listing(result, json_output)

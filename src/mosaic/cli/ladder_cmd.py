@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra, shown
 from mosaic.io_atomic import check_output_file, prepare_output_dir, write_text_atomic
 from mosaic.limits import check_range
+from mosaic.torchrun_env import is_rank_zero
 
 DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
 DEFAULT_POLISHED = 32  # mosaic.law.fit.DEFAULT_POLISHED
@@ -116,7 +116,7 @@ def train_command(
             result = train(config, out, stop_after_steps=stop_after, log=log,
                            started=warning_lines.release)
     except MosaicInputError:  # refused before its first step: no empty folder left behind
-        if created and os.environ.get("RANK", "0") == "0":  # one process tidies up
+        if created and is_rank_zero():  # one process tidies up
             with contextlib.suppress(OSError):  # not empty (another rank's file): kept
                 out.rmdir()
         raise
@@ -207,7 +207,7 @@ def run(
 
     with job_errors(str(grid)):  # which of several grids failed, once its rungs run
         path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
+    if not is_rank_zero():  # under torchrun, rank 0 reports
         return
     from mosaic.table_files import read_table
     from mosaic.train.ladder import finished_elsewhere

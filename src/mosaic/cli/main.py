@@ -22,6 +22,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from mosaic.bench.families import FAMILIES
 from mosaic.cli import warning_lines
 from mosaic.errors import shown
+from mosaic.torchrun_env import is_rank_zero, under_torchrun
 
 _typer_display_type_rich = getattr(TyperOption, "display_type_rich", None)
 
@@ -313,11 +314,10 @@ def _interrupted() -> NoReturn:
              if tuple(words[:len(command)]) == command and "--dry-run" not in sys.argv]
     # the command itself, as the docs promise (a trial read "rerun the same command")
     command = shlex.join(["mosaic", *sys.argv[1:]])
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a worker of torchrun (which sets it: the
-        # docstring of torch/distributed/run.py, torch 2.13, "Environment Variables" item 12),
-        # e.g. `torchrun ... $(which mosaic) ladder run`: every rank was told to rerun
+    if under_torchrun():  # a worker of torchrun (mosaic.torchrun_env), e.g.
+        # `torchrun ... $(which mosaic) ladder run`: every rank was told to rerun
         # `mosaic ladder run`, without torchrun (a trial)
-        if os.environ.get("RANK", "0") != "0":
+        if not is_rank_zero():
             sys.exit(INTERRUPTED)  # one line, from rank 0, as `-m mosaic.train` says it
         command = f"torchrun ... {shlex.join(sys.argv)}"  # sys.argv[0]: the mosaic script
     _one_line("error: interrupted" + (f"; {hints[0].format(command=command)}" if hints

@@ -8,10 +8,10 @@ Single process: ``python -m mosaic.train job.yaml --out runs/a``. Data parallel 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from mosaic.errors import MosaicInputError
+from mosaic.torchrun_env import is_rank_zero, under_torchrun
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,23 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line from
         # rank 0 (a trial saw it once per rank), not a traceback through the collective it
         # was waiting in (the last checkpoint in --out resumes the run exactly)
-        if _is_rank_zero():
-            # `python -m mosaic.train` alone was told of a torchrun command too (a trial);
-            # torchrun sets TORCHELASTIC_RUN_ID (torch/distributed/run.py, torch 2.13)
-            launcher = "torchrun ..." if "TORCHELASTIC_RUN_ID" in os.environ else "python"
+        if is_rank_zero():
+            # `python -m mosaic.train` alone was told of a torchrun command too (a trial)
+            launcher = "torchrun ..." if under_torchrun() else "python"
             print(f"error: interrupted; rerun the same command ({launcher} -m mosaic.train "
                   f"{' '.join(sys.argv[1:] if argv is None else argv)}) to go on from the "
                   f"last checkpoint in {args.out}, or to start again where none was written "
                   "yet", file=sys.stderr)
         return 130
-    if result.world_size == 1 or _is_rank_zero():
+    if result.world_size == 1 or is_rank_zero():
         print(f"{result.state}: smoothed loss {result.smoothed_loss:.4f}, {result.tokens} tokens, "
               f"{result.tokens_per_s:.4g} tokens/s", flush=True)
     return 0
-
-
-def _is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
 
 
 if __name__ == "__main__":

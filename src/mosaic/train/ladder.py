@@ -30,6 +30,7 @@ from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import atomic_path
 from mosaic.limits import LIMITS, is_finite_number
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
+from mosaic.torchrun_env import is_rank_zero
 from mosaic.train.config import (
     LadderModel,
     LadderSeed,
@@ -437,14 +438,13 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
                progress: Callable[[str], None] | None = None,
                only: list[str] | None = None) -> Path:
     """Train every rung (resumable) and write ``runs.csv``; returns its path."""
-    import os
 
     from mosaic.train.distributed import barrier, init_distributed, shutdown
     from mosaic.train.plot import require_plot_extra
 
     require_plot_extra(any(job.config.run.plot for job in jobs))
     out_dir = Path(out_dir)
-    main = os.environ.get("RANK", "0") == "0"
+    main = is_rank_zero()
     if main:
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     selected = [j for j in jobs if only is None or j.name in only]
