@@ -670,16 +670,13 @@ class Trainer:
                 if self.stop_agreed and self.step < self.total_steps:
                     # every rank saved this step; the caller says how to resume
                     raise KeyboardInterrupt
-        if not record and metrics.records:
-            # A run that had reached its last step when its result was not yet written (a
-            # crash between the two) takes its last loss and step times from its metrics.
-            record = metrics.records[-1]
-            # the logged steps' times (every log_every-th step): their median estimates all
-            steady_times = [float(r["step_time_s"]) for r in metrics.records
-                            if r["step"] > 0 and "step_time_s" in r]
-        elif record and not steady_times and metrics.records:
-            # a resumed process that trained one step (its warm-up) alone: the logged steps
-            # of the processes before it, after the run's first
+        if not steady_times and metrics.records:
+            # No step of this process past its warm-up: a run that had reached its last step
+            # when its result was not yet written (a crash between the two) takes its last
+            # loss from its metrics too; a resumed process that trained one step (its
+            # warm-up) alone keeps its own. Either way the logged steps' times after the
+            # run's first (every log_every-th step) estimate all by their median.
+            record = record or metrics.records[-1]
             steady_times = [float(r["step_time_s"]) for r in metrics.records
                             if r["step"] > 0 and "step_time_s" in r]
         elif not record and self.context.is_main:
