@@ -632,12 +632,18 @@ class Geometry:
                      "given")
 
     @property
-    def mtp_layer_counts(self) -> dict[HybridLayer, int]:
-        """Layers of each kind in all MTP depths of a hybrid model (:attr:`mtp_pattern`
-        times :attr:`mtp_layers`); zero for a transformer, whose MTP blocks
-        :attr:`mtp_layers` counts."""
+    def mtp_depth_layer_counts(self) -> dict[HybridLayer, int]:
+        """Layers of each kind in one MTP depth of a hybrid model (:attr:`mtp_pattern`);
+        zero for a transformer, whose MTP blocks :attr:`mtp_layers` counts."""
         pattern = self.mtp_pattern or ""
-        return {symbol: self.mtp_layers * pattern.count(symbol.value) for symbol in HybridLayer}
+        return {symbol: pattern.count(symbol.value) for symbol in HybridLayer}
+
+    @property
+    def mtp_layer_counts(self) -> dict[HybridLayer, int]:
+        """Layers of each kind in all MTP depths of a hybrid model
+        (:attr:`mtp_depth_layer_counts` times :attr:`mtp_layers`)."""
+        return {symbol: self.mtp_layers * count
+                for symbol, count in self.mtp_depth_layer_counts.items()}
 
     @property
     def is_moe(self) -> bool:

@@ -413,9 +413,9 @@ def stage_layer_counts(
     if geometry.mtp_layers:
         mtp = mtp_modules(geometry, plans, stage, layouts)
         if geometry.is_hybrid:  # each module holds the layers of one depth's pattern
-            depth = geometry.mtp_pattern or ""
-            blocks = blocks + mtp * len(depth)
-            moe_blocks = moe_blocks + mtp * depth.count(HybridLayer.MOE.value)
+            depth = geometry.mtp_depth_layer_counts
+            blocks = blocks + mtp * sum(depth.values())
+            moe_blocks = moe_blocks + mtp * depth[HybridLayer.MOE]
         else:
             blocks = blocks + mtp
             moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
@@ -486,9 +486,8 @@ def stage_hybrid_counts(
         # (:func:`mtp_modules`: Megatron-Core's hybrid model builds its MTP block where
         # mtp_on_this_rank says, megatron/core/models/hybrid/hybrid_model.py @ d98e8a64dd)
         modules = mtp_modules(geometry, plans, stage)
-        depth = geometry.mtp_pattern or ""
-        for symbol in HybridLayer:
-            counts[symbol] = counts[symbol] + modules * depth.count(symbol.value)
+        for symbol, count in geometry.mtp_depth_layer_counts.items():
+            counts[symbol] = counts[symbol] + modules * count
     return counts
 
 
