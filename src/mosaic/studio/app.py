@@ -172,7 +172,7 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     from mosaic.hardware import get_system
 
     form = {"model.source": "job"}
-    canonical = canonical_job_document(document, "job")
+    canonical = as_stated = canonical_job_document(document, "job")
     with contextlib.suppress(MosaicInputError):  # an incomplete job: its own fields only
         canonical = job_document(job_from_document(document, "job"))
     for block, fields in canonical.items():
@@ -187,30 +187,24 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     # job's resolved dp in this form refused an API client's edit of the node count that
     # posted it back ("make them equal"; a trial)
     form.pop("parallelism.dp", None)
-    # what the job states of the row choices, not what the layout resolves them to: a
-    # resolved "false" of a tp 1 job would state sequence parallelism off for a tp 2 edit,
-    # which the CLI turns on
-    stated = canonical_job_document(document, "job").get("parallelism")
-    for name in ROW_CHOICES:
-        value = stated.get(name) if isinstance(stated, dict) else None
-        form[f"parallelism.{name}"] = ("" if value is None else
-                                       str(value).lower() if isinstance(value, bool) else
-                                       str(value))
-    # the pipeline split as stated too (its field: "empty: none stated"): a release recipe's
-    # split for the job's pp·vpp (deepseek_v3_h100.yaml: 'Et|(tt|)*30mL' for 8·4) was shown
-    # and so stated, and an edit of pp or vpp was refused for its chunk count, where `mosaic
-    # perf --set parallelism.pp=4` splits the edited stages by the recipe (a trial)
-    layout = stated.get("pipeline_layout") if isinstance(stated, dict) else None
-    form["parallelism.pipeline_layout"] = "" if layout is None else str(layout)
-    # the page's switches as stated (empty: "job or recipe", SWITCH_CHOICES): a Bridge 26.06
-    # MXFP8 recipe's fused grouped MLP shown as 'true' was stated, and an edit to bf16 was
-    # refused for it, where `mosaic perf --set performance.precision=bf16` turns it off (a
-    # trial)
-    performance = canonical_job_document(document, "job").get("performance")
-    for name in RECIPE_SWITCHES:
-        value = performance.get(name) if isinstance(performance, dict) else None
-        form[f"performance.{name}"] = ("" if value is None else str(value).lower()
+    # Fields shown as the job states them, not as they resolve (empty: not stated):
+    # - the row choices: a resolved "false" of a tp 1 job would state sequence parallelism
+    #   off for a tp 2 edit, which the CLI turns on;
+    # - the pipeline split ("empty: none stated"): a release recipe's split for the job's
+    #   pp·vpp (deepseek_v3_h100.yaml: 'Et|(tt|)*30mL' for 8·4) was shown and so stated, and
+    #   an edit of pp or vpp was refused for its chunk count, where `mosaic perf --set
+    #   parallelism.pp=4` splits the edited stages by the recipe (a trial);
+    # - the page's switches ("job or recipe", SWITCH_CHOICES): a Bridge 26.06 MXFP8 recipe's
+    #   fused grouped MLP shown as 'true' was stated, and an edit to bf16 was refused for it,
+    #   where `mosaic perf --set performance.precision=bf16` turns it off (a trial)
+    for block, names in (("parallelism", (*ROW_CHOICES, "pipeline_layout")),
+                         ("performance", RECIPE_SWITCHES)):
+        fields = as_stated.get(block)
+        for name in names:
+            value = fields.get(name) if isinstance(fields, dict) else None
+            form[f"{block}.{name}"] = ("" if value is None else str(value).lower()
                                        if isinstance(value, bool) else str(value))
+    stated = as_stated.get("parallelism")
     # a stated dispatcher as stated: the write-back leaves a DeepEP the layout refuses (etp·ep
     # = 1) unstated as a stack's default, and the plan form then planned a Megatron-Core job's
     # stated DeepEP on the all-to-all (a review)
