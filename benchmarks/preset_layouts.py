@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mosaic.config.run_records import RunRecord, RunRecordWarning, load_run_records
+from mosaic.config.run_records import RunRecord, RunRecordWarning
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import (
     cluster_for,
@@ -36,14 +36,13 @@ from mosaic.evaluate.job import (
     predict_job,
     searched_under_planning_headroom,
 )
-from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.layouts import search_layouts, with_searched_remainder_last_layouts
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Checkpointing, Sharding
 from mosaic.plan.inputs import layout_limits
+from preset_memory import PRESETS, load_presets
 
-PRESETS = Path(__file__).resolve().parents[1] / "src/mosaic/evaluate/data/bridge_presets.yaml"
 # Megatron-Bridge argument_parser.py @ v0.5.1: --config_variant defaults to v2, else v1
 VARIANT_PREFERENCE = {"v2": 0, "v1": 1, None: 2}
 DEGREES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
@@ -215,7 +214,7 @@ def main() -> None:
                if getattr(args, name) is not None}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
-        record_set = apply_record_settings(load_run_records(args.runs))
+        record_set = load_presets(args.runs)
         cases = select_cases(record_set.records)
         if args.match:
             cases = [r for r in cases if args.match in r.id]
